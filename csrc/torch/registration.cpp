@@ -1,0 +1,48 @@
+// Op schemas of the fp8ext library and the Python module that loads them.
+// Implementations register per dispatch key in their own files; fake (meta)
+// implementations live in python/fp8ext/ops/fake.py.
+#include <Python.h>
+#include <torch/library.h>
+
+#include <string>
+
+namespace {
+
+// Build-time capabilities, so Python can ask what this build supports.
+std::string cuda_archs() {
+#ifdef FP8EXT_CUDA_ARCHS
+  return FP8EXT_CUDA_ARCHS;
+#else
+  return "";
+#endif
+}
+
+}  // namespace
+
+TORCH_LIBRARY(fp8ext, m) {
+  m.def("cuda_archs() -> str", &cuda_archs);
+  m.def("cast_to_fp8(Tensor x, ScalarType dtype, bool saturate) -> Tensor");
+  m.def("quantize_with_scale(Tensor x, Tensor scale, ScalarType dtype, int pad_k_to) -> Tensor");
+  m.def(
+      "quantize_per_tensor(Tensor x, ScalarType dtype, int margin, bool power_of_two, "
+      "int pad_k_to) -> (Tensor, Tensor)");
+  m.def(
+      "quantize_delayed(Tensor x, Tensor(a!) amax_history, Tensor(b!) scale, ScalarType dtype, "
+      "int margin, bool power_of_two, bool use_history_max, int pad_k_to) -> (Tensor, Tensor)");
+  m.def(
+      "quantize_per_row(Tensor x, ScalarType dtype, int margin, bool power_of_two, "
+      "int pad_k_to) -> (Tensor, Tensor)");
+  m.def(
+      "quantize_per_group(Tensor x, ScalarType dtype, int margin, bool power_of_two, "
+      "int pad_k_to) -> (Tensor, Tensor)");
+  m.def(
+      "quantize_per_block(Tensor x, ScalarType dtype, int margin, bool power_of_two, "
+      "int pad_k_to) -> (Tensor, Tensor)");
+}
+
+extern "C" PyObject* PyInit__C(void) {
+  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C",
+                               "fp8ext native ops (registered under torch.ops.fp8ext)", -1,
+                               nullptr};
+  return PyModule_Create(&module);
+}

@@ -1,0 +1,61 @@
+// Argument checks shared by the op implementations, and conversion of tensors to
+// the kernel library's plain views. Errors name the argument and what was expected:
+// TORCH_CHECK_TYPE -> TypeError, TORCH_CHECK_VALUE -> ValueError in Python.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+
+#include "fp8ext/types.h"
+
+namespace fp8ext::torch_ops {
+
+inline DType to_dtype(const at::Tensor& t, const char* name) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return DType::kFloat32;
+    case at::kHalf: return DType::kFloat16;
+    case at::kBFloat16: return DType::kBFloat16;
+    default:
+      TORCH_CHECK_TYPE(false, name, " must be float32, float16 or bfloat16, got ", t.scalar_type());
+  }
+}
+
+inline Fp8Format to_fp8_format(at::ScalarType s, const char* name) {
+  if (s == at::kFloat8_e4m3fn) return Fp8Format::kE4M3;
+  if (s == at::kFloat8_e5m2) return Fp8Format::kE5M2;
+  TORCH_CHECK_TYPE(false, name, " must be torch.float8_e4m3fn or torch.float8_e5m2, got ", s);
+}
+
+// A 2-D input whose last dimension is contiguous (rows may be strided).
+inline ConstMatrix input_matrix(const at::Tensor& x, const char* name) {
+  TORCH_CHECK_VALUE(x.dim() == 2, name, " must be 2-D [rows, cols], got ", x.dim(), "-D");
+  const DType dt = to_dtype(x, name);
+  TORCH_CHECK_VALUE(x.size(1) <= 1 || x.stride(1) == 1, name,
+                    " must have a contiguous last dimension (stride 1), got strides ", x.strides());
+  TORCH_CHECK_VALUE(x.size(0) <= 1 || x.stride(0) >= x.size(1), name,
+                    " rows must not overlap, got strides ", x.strides());
+  return ConstMatrix{x.data_ptr(), dt, x.size(0), x.size(1), x.size(0) <= 1 ? x.size(1) : x.stride(0)};
+}
+
+inline int64_t padded_cols(int64_t cols, int64_t pad_k_to) {
+  TORCH_CHECK_VALUE(pad_k_to >= 0, "pad_k_to must be >= 0 (0 or 1: no padding), got ", pad_k_to);
+  return pad_k_to > 1 ? round_up(cols, pad_k_to) : cols;
+}
+
+inline Fp8Matrix output_matrix(const at::Tensor& q, Fp8Format f, int64_t cols) {
+  return Fp8Matrix{static_cast<uint8_t*>(q.data_ptr()), f, q.size(0), cols, q.size(1)};
+}
+
+inline ScaleRule scale_rule(at::ScalarType dtype, int64_t margin, bool power_of_two) {
+  TORCH_CHECK_VALUE(margin >= -64 && margin <= 64, "margin must be in [-64, 64], got ", margin);
+  return ScaleRule{to_fp8_format(dtype, "dtype"), static_cast<int>(margin), power_of_two};
+}
+
+inline void check_scalar_fp32(const at::Tensor& t, const char* name, const at::Tensor& like) {
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat, name, " must be float32, got ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.numel() == 1, name, " must hold one value (0-d), got shape ", t.sizes());
+  TORCH_CHECK_VALUE(t.device() == like.device(), name, " must be on ", like.device(), ", got ",
+                    t.device());
+}
+
+}  // namespace fp8ext::torch_ops
