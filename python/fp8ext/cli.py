@@ -1,0 +1,75 @@
+"""The `fp8ext` command line: `fp8ext info`."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+
+def collect_info() -> dict:
+    import fp8ext
+    from fp8ext import _native
+    from fp8ext.formats import FORMATS
+    from fp8ext.recipes import PRESETS
+
+    gpu = None
+    if torch.cuda.is_available():
+        idx = torch.cuda.current_device()
+        major, minor = torch.cuda.get_device_capability(idx)
+        gpu = {"name": torch.cuda.get_device_name(idx), "capability": f"sm_{major}{minor}",
+               "native_kernels": _native.native_kernels_run_on(idx)}
+    return {
+        "fp8ext": fp8ext.__version__,
+        "torch": torch.__version__,
+        "cuda_kernels_built_for": list(_native.cuda_archs()) or None,
+        "gpu": gpu,
+        "formats": {f.name: {"torch_dtype": str(f.torch_dtype), "max": f.max, "min_normal": f.min_normal,
+                             "min_subnormal": f.min_subnormal, "unit_roundoff": f.unit_roundoff,
+                             "dynamic_range_binades": round(f.dynamic_range_binades, 2), "has_inf": f.has_inf}
+                    for f in FORMATS},
+        "recipes": {p.__name__: {"weights": p().weight_granularity,
+                                 "activations": f"{p().activation_mode} {p().activation_granularity}"}
+                    for p in PRESETS},
+    }
+
+
+def _print_info(info: dict) -> None:
+    print(f"fp8ext {info['fp8ext']} (torch {info['torch']})")
+    built = info["cuda_kernels_built_for"]
+    print(f"  CUDA kernels: {'built for ' + ', '.join(built) if built else 'not built (CPU-only build)'}")
+    gpu = info["gpu"]
+    if gpu:
+        path = "native kernels" if gpu["native_kernels"] else "PyTorch reference fallback"
+        print(f"  GPU: {gpu['name']} ({gpu['capability']}): {path}")
+    else:
+        print("  GPU: none (ops run through the CPU reference implementations)")
+    print("  formats:")
+    for name, f in info["formats"].items():
+        print(f"    {name}: max {f['max']:g}, min normal {f['min_normal']:g}, min subnormal "
+              f"{f['min_subnormal']:g}, unit roundoff {f['unit_roundoff']:g}, "
+              f"{f['dynamic_range_binades']} binades, {'has' if f['has_inf'] else 'no'} Inf")
+    print("  recipes:")
+    for name, r in info["recipes"].items():
+        print(f"    {name}: weights {r['weights']}, activations {r['activations']}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="fp8ext", description="FP8 inference on NVIDIA Hopper")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_info = sub.add_parser("info", help="build capabilities, GPU, formats and recipes")
+    p_info.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        info = collect_info()
+        if args.json:
+            json.dump(info, sys.stdout, indent=2)
+            print()
+        else:
+            _print_info(info)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

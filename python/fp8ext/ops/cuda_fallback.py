@@ -1,0 +1,30 @@
+"""CUDA implementations for builds or GPUs without native kernels: the
+PyTorch reference path (correct, not fast), with a one-time warning.
+
+When the build has native CUDA kernels, csrc/torch/cuda registers the CUDA
+dispatch key itself and this module registers nothing.
+"""
+from __future__ import annotations
+
+import torch
+
+from fp8ext import _native
+from fp8ext.ops import reference
+
+_OPS = ("cast_to_fp8", "quantize_with_scale", "quantize_per_tensor", "quantize_delayed",
+        "quantize_per_row", "quantize_per_group", "quantize_per_block")
+
+
+def _register(name: str) -> None:
+    ref = getattr(reference, name)
+
+    def cuda_impl(x, *args):
+        _native.warn_reference_fallback("quantization", x.device)
+        return ref(x, *args)
+
+    torch.library.impl(f"fp8ext::{name}", "CUDA")(cuda_impl)
+
+
+if not _native.has_cuda_kernels():
+    for _name in _OPS:
+        _register(_name)

@@ -1,0 +1,60 @@
+"""Fake (meta) implementations: output shapes, dtypes and strides of every op,
+so torch.compile(fullgraph=True) can trace them. They mirror
+csrc/torch/quantize_outputs.h."""
+from __future__ import annotations
+
+import torch
+
+from fp8ext.ops.reference import GROUP, GROUP_SCALE_ROW_ALIGN
+
+
+def _k_padded(k: int, pad_k_to: int) -> int:
+    return -(-k // pad_k_to) * pad_k_to if pad_k_to > 1 else k
+
+
+def _q(x, dtype, pad_k_to):
+    return x.new_empty((x.shape[0], _k_padded(x.shape[1], pad_k_to)), dtype=dtype)
+
+
+def _f32(x, shape):
+    return x.new_empty(shape, dtype=torch.float32)
+
+
+@torch.library.register_fake("fp8ext::cast_to_fp8")
+def _cast_to_fp8(x, dtype, saturate):
+    return x.new_empty(x.shape, dtype=dtype)
+
+
+@torch.library.register_fake("fp8ext::quantize_with_scale")
+def _quantize_with_scale(x, scale, dtype, pad_k_to):
+    return _q(x, dtype, pad_k_to)
+
+
+@torch.library.register_fake("fp8ext::quantize_per_tensor")
+def _quantize_per_tensor(x, dtype, margin, power_of_two, pad_k_to):
+    return _q(x, dtype, pad_k_to), _f32(x, ())
+
+
+@torch.library.register_fake("fp8ext::quantize_delayed")
+def _quantize_delayed(x, amax_history, scale, dtype, margin, power_of_two, use_history_max, pad_k_to):
+    return _q(x, dtype, pad_k_to), _f32(x, ())
+
+
+@torch.library.register_fake("fp8ext::quantize_per_row")
+def _quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
+    return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],))
+
+
+@torch.library.register_fake("fp8ext::quantize_per_group")
+def _quantize_per_group(x, dtype, margin, power_of_two, pad_k_to):
+    m, k = x.shape
+    groups = -(-k // GROUP)
+    m_pad = -(-m // GROUP_SCALE_ROW_ALIGN) * GROUP_SCALE_ROW_ALIGN
+    storage = _f32(x, (groups, m_pad))
+    return _q(x, dtype, pad_k_to), storage.as_strided((m, groups), (1, m_pad))
+
+
+@torch.library.register_fake("fp8ext::quantize_per_block")
+def _quantize_per_block(x, dtype, margin, power_of_two, pad_k_to):
+    m, k = x.shape
+    return _q(x, dtype, pad_k_to), _f32(x, (-(-m // GROUP), -(-k // GROUP)))

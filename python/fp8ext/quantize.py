@@ -1,0 +1,154 @@
+"""The quantize / dequantize API: picks the op for a recipe and a role."""
+from __future__ import annotations
+
+import torch
+
+from fp8ext import _native
+from fp8ext.recipes import Recipe
+from fp8ext.scaling_state import ScalingState
+
+ROLES = ("activation", "weight")
+GRANULARITIES = ("per_tensor", "per_row", "group", "block")
+_GROUP = 128
+
+
+def _check_pad(pad_k_to) -> int:
+    if pad_k_to is None:
+        return 0
+    if isinstance(pad_k_to, bool) or not isinstance(pad_k_to, int) or pad_k_to < 1:
+        raise ValueError(f"pad_k_to must be None or a positive int, got {pad_k_to!r}")
+    return pad_k_to
+
+
+def _check_state(state, recipe: Recipe, x: torch.Tensor) -> ScalingState:
+    if state is None:
+        raise ValueError(f"state is required for activation_mode={recipe.activation_mode!r}: "
+                         "pass a fp8ext.ScalingState (ScalingState.create(recipe) / from_scale(s))")
+    if not isinstance(state, ScalingState):
+        raise TypeError(f"state must be a fp8ext.ScalingState, got {type(state).__name__}")
+    if state.device != x.device:
+        raise ValueError(f"state is on {state.device} but x is on {x.device}")
+    return state
+
+
+def quantize(x: torch.Tensor, recipe: Recipe, role: str = "activation", state: ScalingState | None = None,
+             pad_k_to: int | None = None):
+    """Quantizes ``x`` to FP8 as ``recipe`` says for ``role``.
+
+    Args:
+        x: float32 / float16 / bfloat16. Activations: [..., K] (leading dims are
+            flattened into M for the scales). Weights: [N, K].
+        recipe: a :class:`fp8ext.recipes.Recipe`.
+        role: "activation" or "weight".
+        state: the :class:`ScalingState` of delayed / static activation scaling
+            (delayed scaling updates it in place, on the device).
+        pad_k_to: if set, ``q``'s last dim is rounded up to a multiple of it and
+            zero-filled (scales still describe the logical K).
+
+    Returns:
+        ``(q, scale)``: ``q`` of the recipe's FP8 dtype with x's shape (last dim
+        padded); ``scale`` float32 dequantization scales (x ~= q * scale):
+        per-tensor 0-d; per-token / per-channel [M] / [N]; 1x128 groups logical
+        [M, ceil(K/128)] stored M-major (stride (1, round_up(M, 4))); 128x128
+        blocks [ceil(N/128), ceil(K/128)] row-major.
+    """
+    if not isinstance(recipe, Recipe):
+        raise TypeError(f"recipe must be a fp8ext.recipes.Recipe, got {type(recipe).__name__}")
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    _native.check_input(x, "x")
+    pad = _check_pad(pad_k_to)
+    if role == "weight":
+        if x.dim() != 2:
+            raise ValueError(f"x must be a 2-D [N, K] weight for role='weight', got shape {tuple(x.shape)}")
+        x2 = x if x.stride(-1) == 1 else x.contiguous()
+        dtype = recipe.weight_format.torch_dtype
+        op = {"per_tensor": torch.ops.fp8ext.quantize_per_tensor,
+              "per_channel": torch.ops.fp8ext.quantize_per_row,
+              "block": torch.ops.fp8ext.quantize_per_block}[recipe.weight_granularity]
+        return op(x2, dtype, recipe.margin, recipe.power_of_two_scales, pad)
+
+    if x.dim() < 1:
+        raise ValueError("x must have at least one dimension [..., K], got a 0-d tensor")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    dtype = recipe.activation_format.torch_dtype
+    mode = recipe.activation_mode
+    if mode == "delayed":
+        st = _check_state(state, recipe, x)
+        q, s = torch.ops.fp8ext.quantize_delayed(
+            x2, st.amax_history, st.scale, dtype, recipe.margin, recipe.power_of_two_scales,
+            recipe.amax_compute_algo == "max", pad)
+    elif mode == "static":
+        st = _check_state(state, recipe, x)
+        q = torch.ops.fp8ext.quantize_with_scale(x2, st.scale.reshape(()), dtype, pad)
+        s = st.scale.reshape(())
+    else:
+        op = {"per_tensor": torch.ops.fp8ext.quantize_per_tensor,
+              "per_token": torch.ops.fp8ext.quantize_per_row,
+              "group": torch.ops.fp8ext.quantize_per_group}[recipe.activation_granularity]
+        q, s = op(x2, dtype, recipe.margin, recipe.power_of_two_scales, pad)
+    return q.reshape(*lead, q.shape[-1]), s
+
+
+def _infer_granularity(scale: torch.Tensor, granularity):
+    if granularity is not None:
+        if granularity not in GRANULARITIES:
+            raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+        return granularity
+    if scale.dim() == 0:
+        return "per_tensor"
+    if scale.dim() == 1:
+        return "per_row"
+    raise ValueError("granularity is required for 2-D scales: 'group' (1x128 activations) or 'block' "
+                     "(128x128 weights)")
+
+
+def dequantize(q: torch.Tensor, scale: torch.Tensor, granularity: str | None = None, *, cols: int | None = None,
+               out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Inverse of :func:`quantize`: ``q * scale`` computed in float32.
+
+    Args:
+        q: FP8 tensor [..., K_padded] (weights and group/block scales: 2-D).
+        scale: as returned by :func:`quantize`.
+        granularity: "per_tensor" (0-d scale), "per_row" ([M]), "group" or
+            "block"; inferred for 0-d and 1-D scales, required for 2-D ones.
+        cols: logical K (drops the padding columns); default q's last dim.
+        out_dtype: float32 (default), bfloat16 or float16.
+    Returns:
+        [..., cols] tensor of ``out_dtype``.
+    """
+    if not isinstance(q, torch.Tensor) or q.dtype not in (torch.float8_e4m3fn, torch.float8_e5m2):
+        raise TypeError(f"q must be a float8_e4m3fn / float8_e5m2 tensor, got "
+                        f"{getattr(q, 'dtype', type(q).__name__)}")
+    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32:
+        raise TypeError(f"scale must be a float32 tensor, got {getattr(scale, 'dtype', type(scale).__name__)}")
+    if out_dtype not in _native.INPUT_DTYPES:
+        raise TypeError(f"out_dtype must be float32, float16 or bfloat16, got {out_dtype}")
+    g = _infer_granularity(scale, granularity)
+    k = q.shape[-1] if cols is None else cols
+    if not 0 <= k <= q.shape[-1]:
+        raise ValueError(f"cols must be in [0, {q.shape[-1]}], got {k}")
+    qf = q[..., :k].float()
+    if g == "per_tensor":
+        if scale.numel() != 1:
+            raise ValueError(f"per_tensor scale must hold one value, got shape {tuple(scale.shape)}")
+        out = qf * scale.reshape(())
+    elif g == "per_row":
+        qf2 = qf.reshape(-1, k)
+        if scale.shape != (qf2.shape[0],):
+            raise ValueError(f"per_row scale must have shape ({qf2.shape[0]},), got {tuple(scale.shape)}")
+        out = (qf2 * scale[:, None]).reshape(qf.shape)
+    else:
+        qf2 = qf.reshape(-1, k)
+        m = qf2.shape[0]
+        rows_per_scale = 1 if g == "group" else _GROUP
+        want = (-(-m // rows_per_scale), -(-k // _GROUP))
+        if tuple(scale.shape) != want:
+            raise ValueError(f"{g} scale must have shape {want} for q of shape {tuple(q.shape)}, "
+                             f"got {tuple(scale.shape)}")
+        expanded = scale.repeat_interleave(rows_per_scale, 0)[:m].repeat_interleave(_GROUP, 1)[:, :k]
+        out = (qf2 * expanded).reshape(qf.shape)
+    return out.to(out_dtype)

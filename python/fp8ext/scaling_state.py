@@ -1,0 +1,58 @@
+"""Device-side state of delayed and static scaling, kept apart from recipes."""
+from __future__ import annotations
+
+import torch
+
+from fp8ext.recipes import Recipe
+
+
+class ScalingState:
+    """The tensors delayed and static scaling read and update on the device.
+
+    Attributes:
+        amax_history: float32 [history_len], newest amax first (delayed scaling
+            writes it; static scaling leaves it alone).
+        scale: float32 0-d dequantization scale used by the next quantization
+            (q = x / scale). Delayed scaling recomputes it from the history after
+            each call; static scaling uses it as calibrated.
+
+    No method reads these values on the host, so nothing here synchronises.
+    The owner (a module's buffers, say) can pass its own tensors in.
+    """
+
+    def __init__(self, amax_history: torch.Tensor, scale: torch.Tensor):
+        if not isinstance(amax_history, torch.Tensor) or not isinstance(scale, torch.Tensor):
+            raise TypeError("amax_history and scale must be torch.Tensors")
+        if amax_history.dtype != torch.float32 or amax_history.dim() != 1 or amax_history.numel() < 1:
+            raise ValueError(f"amax_history must be a float32 1-D tensor of length >= 1, got "
+                             f"{amax_history.dtype} {tuple(amax_history.shape)}")
+        if scale.dtype != torch.float32 or scale.numel() != 1:
+            raise ValueError(f"scale must be a float32 tensor holding one value, got {scale.dtype} "
+                             f"{tuple(scale.shape)}")
+        if scale.device != amax_history.device:
+            raise ValueError(f"scale ({scale.device}) and amax_history ({amax_history.device}) must share a device")
+        self.amax_history = amax_history
+        self.scale = scale
+
+    @classmethod
+    def create(cls, recipe: Recipe | None = None, history_len: int | None = None, device=None) -> "ScalingState":
+        """A fresh state: zero history (length from the recipe unless given), scale 1."""
+        n = history_len if history_len is not None else (recipe.amax_history_len if recipe else 1)
+        return cls(torch.zeros(n, dtype=torch.float32, device=device),
+                   torch.ones((), dtype=torch.float32, device=device))
+
+    @classmethod
+    def from_scale(cls, scale, device=None) -> "ScalingState":
+        """A static state holding a calibrated dequantization scale (float or tensor)."""
+        s = torch.as_tensor(scale, dtype=torch.float32, device=device).reshape(()).clone()
+        return cls(torch.zeros(1, dtype=torch.float32, device=s.device), s)
+
+    @property
+    def device(self) -> torch.device:
+        return self.scale.device
+
+    def to(self, device) -> "ScalingState":
+        return ScalingState(self.amax_history.to(device), self.scale.to(device))
+
+    def __repr__(self) -> str:
+        return f"ScalingState(history_len={self.amax_history.numel()}, device={self.device})"
