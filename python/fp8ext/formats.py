@@ -2,8 +2,10 @@
 
 Bit-exact with ``torch.float8_e4m3fn`` and ``torch.float8_e5m2``. The default
 cast is *saturating*: clamp to +-max, then round to nearest even, so a finite
-input never becomes NaN or Inf (torch's own ``.to()`` turns E4M3 overflow into
-NaN and E5M2 values >= 61440 into Inf). NaN stays NaN, with its sign.
+input never becomes NaN or Inf. NaN stays NaN, with its sign. The
+non-saturating cast follows the OCP FP8 rules: E4M3 overflow (|x| > 464) gives
+NaN, E5M2 overflow (|x| >= 61440) gives Inf. That is torch's ``.to()`` up to
+2.11; newer torch saturates E4M3 in ``.to()`` (then equal to our default cast).
 """
 from __future__ import annotations
 
@@ -92,8 +94,8 @@ def cast(x: torch.Tensor, fmt=E4M3, saturate: bool = True) -> torch.Tensor:
     Args:
         x: float32 / float16 / bfloat16 tensor, any shape.
         fmt: target format.
-        saturate: True (default) clamps to +-max first; False reproduces torch's
-            ``x.to(fmt.torch_dtype)`` (overflow to NaN for E4M3, Inf for E5M2).
+        saturate: True (default) clamps to +-max first; False lets overflow
+            become NaN (E4M3) or Inf (E5M2), as the OCP spec and torch <= 2.11 do.
     Returns:
         a tensor of ``fmt.torch_dtype`` with x's shape.
     """
@@ -101,7 +103,7 @@ def cast(x: torch.Tensor, fmt=E4M3, saturate: bool = True) -> torch.Tensor:
 
     f = get_format(fmt)
     _native.check_input(x, "x")
-    flat = x.reshape(-1, x.shape[-1]) if x.dim() >= 1 else x.reshape(1, 1)
+    flat = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]) if x.dim() >= 1 else x.reshape(1, 1)
     if flat.stride(-1) != 1:
         flat = flat.contiguous()
     return torch.ops.fp8ext.cast_to_fp8(flat, f.torch_dtype, saturate).reshape(x.shape)

@@ -1,6 +1,8 @@
 """The quantize / dequantize API: picks the op for a recipe and a role."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from fp8ext import _native
@@ -71,7 +73,7 @@ def quantize(x: torch.Tensor, recipe: Recipe, role: str = "activation", state: S
     if x.dim() < 1:
         raise ValueError("x must have at least one dimension [..., K], got a 0-d tensor")
     lead = x.shape[:-1]
-    x2 = x.reshape(-1, x.shape[-1])
+    x2 = x.reshape(math.prod(lead), x.shape[-1])
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     dtype = recipe.activation_format.torch_dtype

@@ -1,8 +1,8 @@
 """CUDA implementations for builds or GPUs without native kernels: the
 PyTorch reference path (correct, not fast), with a one-time warning.
 
-When the build has native CUDA kernels, csrc/torch/cuda registers the CUDA
-dispatch key itself and this module registers nothing.
+Ops whose CUDA kernels are built register the CUDA dispatch key in
+csrc/torch/cuda; this module fills in only the ops that have none.
 """
 from __future__ import annotations
 
@@ -25,6 +25,6 @@ def _register(name: str) -> None:
     torch.library.impl(f"fp8ext::{name}", "CUDA")(cuda_impl)
 
 
-if not _native.has_cuda_kernels():
-    for _name in _OPS:
+for _name in _OPS:
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(f"fp8ext::{_name}", "CUDA"):
         _register(_name)

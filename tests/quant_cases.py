@@ -1,0 +1,27 @@
+"""Shared input generators for the quantization tests (CPU here, CUDA on the device)."""
+import torch
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
+# (rows, cols): one row, one column, K = 1, 127, 129, 4100, partial 128-blocks on both sides.
+SHAPES = [(1, 1), (1, 4100), (7, 1), (3, 127), (5, 129), (130, 257), (33, 1000), (256, 128)]
+
+
+def random_input(shape, dtype, seed, outliers=True, non_finite=False, zero_row=False):
+    """Values spanning several binades, with outlier channels, optional NaN/Inf and a zero row."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g) * torch.exp2(torch.randint(-8, 8, shape, generator=g).float())
+    if outliers and shape[-1] > 3:
+        x[..., 3] *= 300.0
+    if dtype == torch.float16:
+        x = x.clamp(-6e4, 6e4)
+    x = x.to(dtype)
+    if non_finite and x.numel() >= 4:
+        flat = x.view(-1)
+        idx = torch.randperm(flat.numel(), generator=g)[:3]
+        flat[idx[0]] = float("nan")
+        flat[idx[1]] = float("inf")
+        flat[idx[2]] = float("-inf")
+    if zero_row and x.shape[0] > 1:
+        x[1] = 0
+    return x

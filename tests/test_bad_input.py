@@ -1,0 +1,102 @@
+"""Bad input: each case raises a Python exception naming the argument."""
+import pytest
+import torch
+
+from fp8ext import ScalingState, dequantize, quantize
+from fp8ext.recipes import BlockWise, CurrentScaling, DelayedScaling, PerTensorStatic, RowWise
+
+F8 = torch.float8_e4m3fn
+
+
+@pytest.mark.parametrize("x, exc, match", [
+    (torch.ones(4, 4, dtype=torch.int32), TypeError, "x must be float32"),
+    (torch.ones(4, 4, dtype=torch.float64), TypeError, "x must be float32"),
+    ([1.0, 2.0], TypeError, "x must be a torch.Tensor"),
+    (torch.tensor(1.0), ValueError, "x must have at least one dimension"),
+])
+def test_activation_input_errors(x, exc, match):
+    with pytest.raises(exc, match=match):
+        quantize(x, CurrentScaling())
+
+
+def test_weight_must_be_2d():
+    with pytest.raises(ValueError, match="x must be a 2-D"):
+        quantize(torch.ones(2, 3, 4), RowWise(), role="weight")
+
+
+def test_recipe_role_pad_errors():
+    x = torch.ones(2, 8)
+    with pytest.raises(TypeError, match="recipe"):
+        quantize(x, "rowwise")
+    with pytest.raises(ValueError, match="role"):
+        quantize(x, RowWise(), role="bias")
+    for bad in [0, -16, 1.5, True]:
+        with pytest.raises(ValueError, match="pad_k_to"):
+            quantize(x, RowWise(), pad_k_to=bad)
+
+
+def test_state_required_and_checked():
+    x = torch.ones(2, 8)
+    for r in [DelayedScaling(), PerTensorStatic()]:
+        with pytest.raises(ValueError, match="state is required"):
+            quantize(x, r)
+        with pytest.raises(TypeError, match="state must be"):
+            quantize(x, r, state=torch.ones(()))
+
+
+def test_scaling_state_validation():
+    with pytest.raises(ValueError, match="amax_history"):
+        ScalingState(torch.zeros(0), torch.ones(()))
+    with pytest.raises(ValueError, match="amax_history"):
+        ScalingState(torch.zeros(3, dtype=torch.float16), torch.ones(()))
+    with pytest.raises(ValueError, match="scale"):
+        ScalingState(torch.zeros(3), torch.ones(2))
+    with pytest.raises(TypeError):
+        ScalingState([0.0], 1.0)
+
+
+def test_op_level_errors_name_arguments():
+    x = torch.ones(4, 8)
+    with pytest.raises(ValueError, match="x must be 2-D"):
+        torch.ops.fp8ext.quantize_per_row(torch.ones(2, 3, 4), F8, 0, False, 0)
+    with pytest.raises(TypeError, match="dtype must be torch.float8"):
+        torch.ops.fp8ext.quantize_per_row(x, torch.float16, 0, False, 0)
+    with pytest.raises(ValueError, match="contiguous last dimension"):
+        torch.ops.fp8ext.quantize_per_row(torch.ones(8, 4).t(), F8, 0, False, 0)
+    with pytest.raises(ValueError, match="margin"):
+        torch.ops.fp8ext.quantize_per_row(x, F8, 100, False, 0)
+    with pytest.raises(ValueError, match="pad_k_to"):
+        torch.ops.fp8ext.quantize_per_row(x, F8, 0, False, -1)
+    with pytest.raises(ValueError, match="scale must hold one value"):
+        torch.ops.fp8ext.quantize_with_scale(x, torch.ones(2), F8, 0)
+    with pytest.raises(TypeError, match="scale must be float32"):
+        torch.ops.fp8ext.quantize_with_scale(x, torch.ones((), dtype=torch.float64), F8, 0)
+    with pytest.raises(ValueError, match="amax_history"):
+        torch.ops.fp8ext.quantize_delayed(x, torch.zeros(2, 2), torch.ones(()), F8, 0, False, True, 0)
+
+
+def test_dequantize_errors():
+    q, s = quantize(torch.ones(4, 200), BlockWise())
+    with pytest.raises(ValueError, match="granularity is required"):
+        dequantize(q, s)
+    with pytest.raises(ValueError, match="block scale must have shape"):
+        dequantize(q, s, "block")
+    with pytest.raises(ValueError, match="granularity must be one of"):
+        dequantize(q, s, "rows")
+    with pytest.raises(TypeError, match="q must be"):
+        dequantize(torch.ones(2, 2), s)
+    with pytest.raises(TypeError, match="scale must be a float32"):
+        dequantize(q, s.double(), "group")
+    with pytest.raises(ValueError, match="cols"):
+        dequantize(q, s, "group", cols=500)
+    q, s = quantize(torch.ones(4, 8), RowWise())
+    with pytest.raises(ValueError, match="per_row scale"):
+        dequantize(q, s[:2])
+
+
+def test_shapes_not_multiple_of_16_or_128_are_padded_not_refused():
+    for r in [CurrentScaling(), RowWise(), BlockWise()]:
+        q, s = quantize(torch.randn(7, 1710), r, pad_k_to=16)
+        assert q.shape == (7, 1712)
+        q, s = quantize(torch.randn(1000, 4095), r, role="weight", pad_k_to=16)
+        assert q.shape == (1000, 4096)

@@ -1,0 +1,86 @@
+"""CUDA quantization (GPU-marked, run on the device): bit-exact with the native
+CPU implementation, CUDA-graph capture, delayed state advancing per replay."""
+import pytest
+import torch
+
+from fp8ext import ScalingState, quantize
+from fp8ext.recipes import DelayedScaling
+from quant_cases import DTYPES, FP8, random_input
+
+pytestmark = pytest.mark.gpu
+
+OPS = ["quantize_per_tensor", "quantize_per_row", "quantize_per_group", "quantize_per_block"]
+SHAPES = [(1, 1), (1, 4100), (7, 1), (3, 127), (5, 129), (130, 257), (33, 8192), (1000, 4100), (16384, 129)]
+
+
+def same_bits(a, b):
+    return a.shape == b.shape and torch.equal(a.cpu().view(torch.uint8), b.cpu().view(torch.uint8))
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("fp8", FP8, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_cuda_matches_cpu(op, dtype, fp8, shape, seed):
+    x = random_input(shape, dtype, seed, non_finite=True, zero_row=True)
+    for margin, pow2, pad in [(0, False, 0), (2, True, 16)]:
+        q, s = getattr(torch.ops.fp8ext, op)(x.cuda(), fp8, margin, pow2, pad)
+        q_cpu, s_cpu = getattr(torch.ops.fp8ext, op)(x, fp8, margin, pow2, pad)
+        assert same_bits(q, q_cpu)
+        assert s.stride() == s_cpu.stride() and torch.equal(s.cpu(), s_cpu)
+
+
+@pytest.mark.parametrize("fp8", FP8, ids=str)
+def test_cuda_with_scale_and_cast_match_cpu(fp8, seed):
+    x = random_input((77, 4100), torch.bfloat16, seed, non_finite=True)
+    s = torch.tensor(0.013)
+    assert same_bits(torch.ops.fp8ext.quantize_with_scale(x.cuda(), s.cuda(), fp8, 16),
+                     torch.ops.fp8ext.quantize_with_scale(x, s, fp8, 16))
+    for sat in (True, False):
+        assert same_bits(torch.ops.fp8ext.cast_to_fp8(x.cuda(), fp8, sat), torch.ops.fp8ext.cast_to_fp8(x, fp8, sat))
+
+
+def test_cuda_delayed_matches_cpu(seed):
+    recipe = DelayedScaling(amax_history_len=5)
+    gpu, cpu = ScalingState.create(recipe, device="cuda"), ScalingState.create(recipe)
+    for step in range(8):
+        x = random_input((300, 1000), torch.bfloat16, seed + step) * 4.0 ** (step % 4)
+        q, s = quantize(x.cuda(), recipe, state=gpu)
+        q_c, s_c = quantize(x, recipe, state=cpu)
+        assert same_bits(q, q_c) and torch.equal(s.cpu(), s_c)
+        assert torch.equal(gpu.amax_history.cpu(), cpu.amax_history) and torch.equal(gpu.scale.cpu(), cpu.scale)
+
+
+@pytest.mark.parametrize("op", OPS + ["quantize_delayed", "quantize_with_scale"])
+def test_cuda_graph_capture(op, seed):
+    x = random_input((64, 4100), torch.bfloat16, seed).cuda()
+    hist, scale = torch.zeros(4, device="cuda"), torch.ones((), device="cuda")
+    f8 = torch.float8_e4m3fn
+
+    def run():
+        if op == "quantize_delayed":
+            return torch.ops.fp8ext.quantize_delayed(x, hist, scale, f8, 0, False, True, 16)
+        if op == "quantize_with_scale":
+            return torch.ops.fp8ext.quantize_with_scale(x, scale, f8, 16), scale
+        return getattr(torch.ops.fp8ext, op)(x, f8, 0, False, 16)
+
+    run()  # warm up outside the graph
+    torch.cuda.synchronize()
+    hist.zero_()
+    scale.fill_(1.0)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q, s = run()
+    hist.zero_()
+    scale.fill_(1.0)
+    for step in range(3):
+        x.copy_(random_input((64, 4100), torch.bfloat16, seed + step + 1).cuda() * (step + 1))
+        graph.replay()
+        torch.cuda.synchronize()
+        if op in ("quantize_delayed", "quantize_with_scale"):
+            assert same_bits(q, torch.ops.fp8ext.quantize_with_scale(x.cpu(), s.cpu(), f8, 16))
+        else:
+            q_cpu, s_cpu = getattr(torch.ops.fp8ext, op)(x.cpu(), f8, 0, False, 16)
+            assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu)
+        if op == "quantize_delayed":
+            assert hist.cpu()[: step + 1].gt(0).all() and (hist.cpu()[step + 1:] == 0).all(), "one push per replay"
