@@ -70,12 +70,15 @@ class CMakeBuild(build_ext):
             args.append("-GNinja")
         except ImportError:
             pass
+        # Prefer the cmake installed beside this Python (pip's cmake) over the system one.
+        local_cmake = os.path.join(os.path.dirname(sys.executable), "cmake")
+        cmake = local_cmake if os.path.exists(local_cmake) else "cmake"
         os.makedirs(build_dir, exist_ok=True)
         if os.path.exists(os.path.join(build_dir, "CMakeCache.txt")) and "-GNinja" in args:
             args.remove("-GNinja")  # generator is fixed at first configure
-        subprocess.check_call(["cmake", "-S", ROOT, "-B", build_dir, *args])
+        subprocess.check_call([cmake, "-S", ROOT, "-B", build_dir, *args])
         jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 2)
-        subprocess.check_call(["cmake", "--build", build_dir, "-j", jobs])
+        subprocess.check_call([cmake, "--build", build_dir, "-j", jobs])
 
 
 setup(ext_modules=[CMakeExtension("fp8ext._C")], cmdclass={"build_ext": CMakeBuild})
