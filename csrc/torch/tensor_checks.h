@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
+#include "fp8ext/scaling.h"
 #include "fp8ext/types.h"
 
 namespace fp8ext::torch_ops {

@@ -33,7 +33,7 @@ struct Fp8Matrix {
 constexpr int64_t kGroupSize = 128;  // 1x128 activation groups, 128x128 weight blocks
 constexpr int64_t kGroupScaleRowAlign = 4;  // M-major group scales: M padded to a multiple of 4 (16 B for TMA)
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+FP8EXT_HD int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+FP8EXT_HD int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 }  // namespace fp8ext

@@ -1,0 +1,71 @@
+"""Timing and result-writing helpers shared by the benchmarks (protocol:
+../shared/BENCHMARKING.md): CUDA events after warm-up, median of >= 20 repeats;
+calls under ~50 us are captured 20 at a time in a CUDA graph and divided."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import statistics
+import subprocess
+
+import torch
+
+
+def time_ms(fn, repeats: int = 30, warmup: int = 5) -> float:
+    """Median time of fn() in ms, each call timed with CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def graph_time_ms(fn, calls: int = 20, repeats: int = 30) -> float:
+    """Median per-call time of `calls` back-to-back fn() captured in one CUDA graph."""
+    fn()  # warm up (compiles, allocates) outside the graph
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return time_ms(graph.replay, repeats=repeats) / calls
+
+
+def run_info() -> dict:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except OSError:
+        commit = ""
+    return {"commit": commit or os.environ.get("FP8EXT_COMMIT", "unknown"),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+            "torch": torch.__version__, "date": datetime.date.today().isoformat()}
+
+
+def write_results(out_dir: str, name: str, rows: list) -> str:
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{name}.json")
+    info = run_info()
+    with open(path, "w") as f:
+        json.dump([{**info, **r} for r in rows], f, indent=1)
+    return path
+
+
+def print_table(rows: list, columns: list) -> None:
+    widths = [max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+    for r in rows:
+        print("  ".join(str(r.get(c, "")).ljust(w) for c, w in zip(columns, widths)))

@@ -1,0 +1,77 @@
+// 1x128 group scaling (DeepSeek-V3 activations): 16 threads per group, one
+// 8-element chunk each, so a group is read once and its amax is a 4-step
+// shuffle. Scales are written M-major (scale(r, g) at g * padded_rows + r), the
+// layout the block-wise GEMM reads; padding rows get 0.
+#include <algorithm>
+
+#include "fp8ext/quantize_cuda.h"
+#include "quant_common.cuh"
+
+namespace fp8ext::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int kThreads = 256;
+constexpr int kLanesPerGroup = static_cast<int>(kGroupSize) / kChunk;  // 16
+constexpr int kGroupsPerBlock = kThreads / kLanesPerGroup;             // 16
+
+template <typename T, Fp8Format F>
+__global__ void __launch_bounds__(kThreads) quantize_per_group_kernel(Input<T> in, Output out, ScaleRule rule,
+                                                                      int64_t groups, int64_t padded_rows,
+                                                                      float* scales) {
+  const int64_t gid = blockIdx.x * int64_t{kGroupsPerBlock} + threadIdx.x / kLanesPerGroup;
+  const int lane = threadIdx.x % kLanesPerGroup;
+  const bool active = gid < in.rows * groups;
+  const int64_t r = active ? gid / groups : 0;
+  const int64_t g = active ? gid - r * groups : 0;
+  const int64_t c0 = g * kGroupSize + lane * kChunk;
+  float v[kChunk];
+  if (active) {
+    in.load(r, c0, v);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) v[i] = 0.0f;
+  }
+  float amax = chunk_amax(v);
+#pragma unroll
+  for (int o = kLanesPerGroup / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+  if (!active) return;
+  const float scale = scale_from_amax(amax, rule);
+  if (lane == 0) {
+    scales[g * padded_rows + r] = scale;
+    if (r == in.rows - 1)
+      for (int64_t pr = in.rows; pr < padded_rows; ++pr) scales[g * padded_rows + pr] = 0.0f;
+  }
+  if (c0 < out.padded_cols) {
+    uint8_t q[kChunk];
+    quantize_chunk<F>(v, scale, q);
+    out.store(r, c0, q);
+  }
+}
+
+}  // namespace
+
+cudaError_t quantize_per_group(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
+                               float* group_scales, cudaStream_t stream) {
+  const int64_t groups = ceil_div(x.cols, kGroupSize);
+  const int64_t padded_rows = round_up(x.rows, kGroupScaleRowAlign);
+  const int64_t total = x.rows * groups;
+  if (total > 0) {
+    const Output out = make_output(q);
+    dispatch(x, q.format, [&](auto in, auto fmt) {
+      quantize_per_group_kernel<typename decltype(in)::Element, decltype(fmt)::value>
+          <<<static_cast<unsigned>(ceil_div(total, kGroupsPerBlock)), kThreads, 0, stream>>>(
+              in, out, rule, groups, padded_rows, group_scales);
+    });
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  // K padding beyond the last group (pad_k_to > 128) is not covered by any group.
+  const int64_t covered = std::min(groups * kGroupSize, q.padded_cols);
+  if (q.padded_cols > covered && q.rows > 0)
+    return cudaMemset2DAsync(q.data + covered, q.padded_cols, 0, q.padded_cols - covered, q.rows, stream);
+  return cudaSuccess;
+}
+
+}  // namespace fp8ext::cuda

@@ -1,0 +1,78 @@
+// Per-row (per-token / per-channel) scaling: one block per row. Each thread
+// keeps up to kCached chunks in registers between the amax and the quantize
+// step, so rows up to 256 * 8 * 4 = 8192 elements are read from memory once;
+// longer rows read their tail twice (the second read mostly hits L2).
+#include <algorithm>
+
+#include "fp8ext/quantize_cuda.h"
+#include "quant_common.cuh"
+
+namespace fp8ext::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int kCached = 4;
+
+template <typename T, Fp8Format F>
+__global__ void __launch_bounds__(256) quantize_per_row_kernel(Input<T> in, Output out, ScaleRule rule,
+                                                               float* row_scales) {
+  __shared__ float smem[32];
+  const int64_t r = blockIdx.x;
+  const int64_t read_chunks = ceil_div(in.cols, kChunk);
+  const int64_t write_chunks = ceil_div(out.padded_cols, kChunk);
+  float cache[kCached][kChunk];
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kCached; ++k) {
+    const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
+    if (c < read_chunks) {
+      in.load(r, c * kChunk, cache[k]);
+      amax = fmaxf(amax, chunk_amax(cache[k]));
+    } else {
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) cache[k][i] = 0.0f;  // K padding
+    }
+  }
+  for (int64_t c = threadIdx.x + int64_t{kCached} * blockDim.x; c < read_chunks; c += blockDim.x) {
+    float v[kChunk];
+    in.load(r, c * kChunk, v);
+    amax = fmaxf(amax, chunk_amax(v));
+  }
+  const float scale = scale_from_amax(block_max(amax, smem), rule);
+  if (threadIdx.x == 0) row_scales[r] = scale;
+#pragma unroll
+  for (int k = 0; k < kCached; ++k) {
+    const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
+    if (c < write_chunks) {
+      uint8_t q[kChunk];
+      quantize_chunk<F>(cache[k], scale, q);  // chunks past cols hold zeros
+      out.store(r, c * kChunk, q);
+    }
+  }
+  for (int64_t c = threadIdx.x + int64_t{kCached} * blockDim.x; c < write_chunks; c += blockDim.x) {
+    float v[kChunk];
+    in.load(r, c * kChunk, v);
+    uint8_t q[kChunk];
+    quantize_chunk<F>(v, scale, q);
+    out.store(r, c * kChunk, q);
+  }
+}
+
+}  // namespace
+
+cudaError_t quantize_per_row(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
+                             float* row_scales, cudaStream_t stream) {
+  if (x.rows == 0) return cudaSuccess;
+  // Enough threads for the row, in whole warps, at most 256.
+  const int64_t chunks = std::max<int64_t>(1, ceil_div(q.padded_cols, kChunk));
+  const int threads = static_cast<int>(std::min<int64_t>(256, round_up(ceil_div(chunks, kCached), 32)));
+  const Output out = make_output(q);
+  dispatch(x, q.format, [&](auto in, auto fmt) {
+    quantize_per_row_kernel<typename decltype(in)::Element, decltype(fmt)::value>
+        <<<static_cast<unsigned>(x.rows), threads, 0, stream>>>(in, out, rule, row_scales);
+  });
+  return cudaGetLastError();
+}
+
+}  // namespace fp8ext::cuda

@@ -1,0 +1,186 @@
+// Per-tensor recipes on the GPU: static (given scale), current (two passes) and
+// delayed (one pass + a one-block history update), plus the plain FP8 cast.
+// Work is split into 8-element chunks; a grid-stride loop walks them row by row.
+#include <algorithm>
+
+#include "fp8ext/quantize_cuda.h"
+#include "quant_common.cuh"
+
+namespace fp8ext::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int kThreads = 256;
+
+struct ChunkGrid {
+  int64_t chunks_per_row, total;
+};
+
+inline ChunkGrid chunk_grid(const Fp8Matrix& q) {
+  const int64_t per_row = ceil_div(q.padded_cols, kChunk);
+  return {per_row, per_row * q.rows};
+}
+
+inline int grid_blocks(int64_t total_chunks) {
+  const int64_t want = ceil_div(total_chunks, kThreads);
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, int64_t{num_sms()} * 8)));
+}
+
+// Quantizes every chunk with a scale read from device memory (or derived from
+// an amax there); optionally reduces the amax of what it reads, and block 0
+// records the scale it used.
+template <typename T, Fp8Format F, bool kScaleFromAmax, bool kReduceAmax>
+__global__ void __launch_bounds__(kThreads) quantize_chunks_kernel(Input<T> in, Output out, ChunkGrid grid,
+                                                                   const float* scale_or_amax, ScaleRule rule,
+                                                                   float* scale_record, float* amax_out) {
+  __shared__ float smem[32];
+  const float scale = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
+  if (blockIdx.x == 0 && threadIdx.x == 0 && scale_record) *scale_record = scale;
+  float amax = 0.0f;
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < grid.total;
+       i += int64_t{gridDim.x} * kThreads) {
+    const int64_t r = i / grid.chunks_per_row;
+    const int64_t c0 = (i - r * grid.chunks_per_row) * kChunk;
+    float v[kChunk];
+    in.load(r, c0, v);
+    if (kReduceAmax) amax = fmaxf(amax, chunk_amax(v));
+    uint8_t q[kChunk];
+    quantize_chunk<F>(v, scale, q);
+    out.store(r, c0, q);
+  }
+  if (kReduceAmax) {
+    amax = block_max(amax, smem);
+    if (threadIdx.x == 0) atomic_max_nonneg(amax_out, amax);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, int64_t total,
+                                                        float* amax_out) {
+  __shared__ float smem[32];
+  float amax = 0.0f;
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
+    const int64_t r = i / chunks_per_row;
+    float v[kChunk];
+    in.load(r, (i - r * chunks_per_row) * kChunk, v);
+    amax = fmaxf(amax, chunk_amax(v));
+  }
+  amax = block_max(amax, smem);
+  if (threadIdx.x == 0) atomic_max_nonneg(amax_out, amax);
+}
+
+template <typename T, Fp8Format F>
+__global__ void __launch_bounds__(kThreads) cast_kernel(Input<T> in, Output out, ChunkGrid grid, bool saturate) {
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < grid.total;
+       i += int64_t{gridDim.x} * kThreads) {
+    const int64_t r = i / grid.chunks_per_row;
+    const int64_t c0 = (i - r * grid.chunks_per_row) * kChunk;
+    float v[kChunk];
+    in.load(r, c0, v);
+    uint8_t q[kChunk];
+#pragma unroll
+    for (int j = 0; j < kChunk; j += 2) {
+      if (saturate) {
+        encode2_saturate<F>(v[j], v[j + 1], q[j], q[j + 1]);
+      } else {
+        q[j] = encode_fp8(v[j], F);
+        q[j + 1] = encode_fp8(v[j + 1], F);
+      }
+    }
+    out.store(r, c0, q);
+  }
+}
+
+// Pushes *amax to the front of the history and recomputes *scale. One block;
+// the shift walks from the top down in block-sized windows so no entry is
+// overwritten before it has been read.
+__global__ void delayed_update_kernel(const float* amax, float* history, int64_t len, float* scale, ScaleRule rule,
+                                      bool use_history_max) {
+  __shared__ float smem[32];
+  float hmax = 0.0f;
+  for (int64_t hi = len - 1; hi >= 1; hi -= blockDim.x) {
+    const int64_t i = hi - threadIdx.x;
+    float prev = 0.0f;
+    if (i >= 1) {
+      prev = history[i - 1];
+      hmax = fmaxf(hmax, prev);
+    }
+    __syncthreads();
+    if (i >= 1) history[i] = prev;
+    __syncthreads();
+  }
+  const float newest = *amax;
+  hmax = block_max(fmaxf(hmax, newest), smem);
+  if (threadIdx.x == 0) {
+    history[0] = newest;
+    *scale = scale_from_amax(use_history_max ? hmax : newest, rule);
+  }
+}
+
+}  // namespace
+
+#define FP8EXT_TYPES(in, fmt) typename decltype(in)::Element, decltype(fmt)::value
+
+cudaError_t cast_to_fp8(const ConstMatrix& x, const Fp8Matrix& q, bool saturate, cudaStream_t stream) {
+  const ChunkGrid grid = chunk_grid(q);
+  if (grid.total == 0) return cudaSuccess;
+  const Output out = make_output(q);
+  dispatch(x, q.format, [&](auto in, auto fmt) {
+    cast_kernel<FP8EXT_TYPES(in, fmt)><<<grid_blocks(grid.total), kThreads, 0, stream>>>(in, out, grid, saturate);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const Fp8Matrix& q,
+                                cudaStream_t stream) {
+  const ChunkGrid grid = chunk_grid(q);
+  if (grid.total == 0) return cudaSuccess;
+  const Output out = make_output(q);
+  dispatch(x, q.format, [&](auto in, auto fmt) {
+    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, false>
+        <<<grid_blocks(grid.total), kThreads, 0, stream>>>(in, out, grid, scale, ScaleRule{}, nullptr, nullptr);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
+                                float* scale_out, float* amax_workspace, cudaStream_t stream) {
+  cudaError_t err = cudaMemsetAsync(amax_workspace, 0, sizeof(float), stream);
+  if (err != cudaSuccess) return err;
+  const ChunkGrid grid = chunk_grid(q);
+  const int64_t read_chunks_per_row = ceil_div(x.cols, kChunk);
+  const int64_t read_total = read_chunks_per_row * x.rows;
+  dispatch(x, q.format, [&](auto in, auto fmt) {
+    if (read_total > 0)
+      amax_kernel<typename decltype(in)::Element>
+          <<<grid_blocks(read_total), kThreads, 0, stream>>>(in, read_chunks_per_row, read_total, amax_workspace);
+    // Runs even for an empty tensor: block 0 writes the scale (1 for amax 0).
+    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false>
+        <<<grid_blocks(grid.total), kThreads, 0, stream>>>(in, make_output(q), grid, amax_workspace, rule, scale_out,
+                                                          nullptr);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool use_history_max,
+                             float* amax_history, int64_t history_len, float* scale,
+                             const Fp8Matrix& q, float* scale_used, float* amax_workspace,
+                             cudaStream_t stream) {
+  cudaError_t err = cudaMemsetAsync(amax_workspace, 0, sizeof(float), stream);
+  if (err != cudaSuccess) return err;
+  const ChunkGrid grid = chunk_grid(q);
+  dispatch(x, q.format, [&](auto in, auto fmt) {
+    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, true>
+        <<<grid_blocks(grid.total), kThreads, 0, stream>>>(in, make_output(q), grid, scale, rule, scale_used,
+                                                          amax_workspace);
+  });
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  delayed_update_kernel<<<1, 1024, 0, stream>>>(amax_workspace, amax_history, history_len, scale, rule,
+                                                use_history_max);
+  return cudaGetLastError();
+}
+
+#undef FP8EXT_TYPES
+
+}  // namespace fp8ext::cuda

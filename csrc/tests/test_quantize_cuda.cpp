@@ -1,0 +1,172 @@
+// The CUDA quantization kernels against the CPU reference, bit for bit, on
+// random data with non-finite values, odd shapes, every recipe and both formats.
+// Skips (exit 77) where there is no GPU.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "fp8ext/quantize.h"
+#include "fp8ext/quantize_cuda.h"
+#include "harness.h"
+
+using namespace fp8ext;
+
+namespace {
+
+void require_gpu() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) test::skip("no CUDA device");
+}
+
+#define CUDA_OK(expr) EXPECT_EQ_CTX(int(expr), int(cudaSuccess), #expr)
+
+template <typename T>
+struct DeviceBuffer {
+  T* ptr = nullptr;
+  size_t n;
+  explicit DeviceBuffer(size_t count) : n(count) { cudaMalloc(&ptr, std::max<size_t>(1, n) * sizeof(T)); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  void upload(const std::vector<T>& v) { cudaMemcpy(ptr, v.data(), n * sizeof(T), cudaMemcpyHostToDevice); }
+  std::vector<T> download() const {
+    std::vector<T> v(n);
+    cudaMemcpy(v.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return v;
+  }
+};
+
+std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  std::uniform_int_distribution<int> ex(-8, 8);
+  std::vector<float> v(rows * cols);
+  for (auto& e : v) e = nd(rng) * std::ldexp(1.0f, ex(rng));
+  if (v.size() > 8) {
+    v[1] = NAN;
+    v[3] = INFINITY;
+    v[5] = -INFINITY;
+  }
+  return v;
+}
+
+struct Shape {
+  int64_t rows, cols, pad;
+};
+const Shape kShapes[] = {{1, 1, 1}, {1, 4100, 16}, {7, 1, 1}, {3, 127, 16}, {5, 129, 1}, {130, 257, 512}, {300, 8192, 16}};
+
+enum class Recipe { kPerTensor, kPerRow, kPerGroup, kPerBlock };
+
+int64_t scale_count(Recipe r, int64_t rows, int64_t cols) {
+  switch (r) {
+    case Recipe::kPerTensor: return 1;
+    case Recipe::kPerRow: return rows;
+    case Recipe::kPerGroup: return ceil_div(cols, kGroupSize) * round_up(rows, kGroupScaleRowAlign);
+    case Recipe::kPerBlock: return ceil_div(rows, kGroupSize) * ceil_div(cols, kGroupSize);
+  }
+  return 0;
+}
+
+void compare(Recipe recipe, Fp8Format f, const Shape& sh, uint32_t seed) {
+  const std::vector<float> x = random_matrix(sh.rows, sh.cols, seed);
+  const int64_t padded = round_up(sh.cols, sh.pad);
+  const ScaleRule rule{f, 1, false};
+  const ConstMatrix hx{x.data(), DType::kFloat32, sh.rows, sh.cols, sh.cols};
+  std::vector<uint8_t> q_cpu(sh.rows * padded);
+  std::vector<float> s_cpu(scale_count(recipe, sh.rows, sh.cols));
+  const Fp8Matrix hq{q_cpu.data(), f, sh.rows, sh.cols, padded};
+
+  DeviceBuffer<float> dx(x.size()), ds(s_cpu.size()), work(1);
+  DeviceBuffer<uint8_t> dq(q_cpu.size());
+  dx.upload(x);
+  cudaMemset(dq.ptr, 0xAB, dq.n);  // poison: every byte must be written
+  cudaMemset(ds.ptr, 0xAB, ds.n * sizeof(float));
+  const ConstMatrix gx{dx.ptr, DType::kFloat32, sh.rows, sh.cols, sh.cols};
+  const Fp8Matrix gq{dq.ptr, f, sh.rows, sh.cols, padded};
+  switch (recipe) {
+    case Recipe::kPerTensor:
+      cpu::quantize_per_tensor(hx, rule, hq, s_cpu.data());
+      CUDA_OK(cuda::quantize_per_tensor(gx, rule, gq, ds.ptr, work.ptr, nullptr));
+      break;
+    case Recipe::kPerRow:
+      cpu::quantize_per_row(hx, rule, hq, s_cpu.data());
+      CUDA_OK(cuda::quantize_per_row(gx, rule, gq, ds.ptr, nullptr));
+      break;
+    case Recipe::kPerGroup:
+      cpu::quantize_per_group(hx, rule, hq, s_cpu.data());
+      CUDA_OK(cuda::quantize_per_group(gx, rule, gq, ds.ptr, nullptr));
+      break;
+    case Recipe::kPerBlock:
+      cpu::quantize_per_block(hx, rule, hq, s_cpu.data());
+      CUDA_OK(cuda::quantize_per_block(gx, rule, gq, ds.ptr, nullptr));
+      break;
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> q_gpu = dq.download();
+  const std::vector<float> s_gpu = ds.download();
+  const std::string ctx = "recipe " + std::to_string(int(recipe)) + " shape " + std::to_string(sh.rows) + "x" +
+                          std::to_string(sh.cols) + " pad " + std::to_string(sh.pad);
+  for (size_t i = 0; i < s_cpu.size(); ++i) EXPECT_EQ_CTX(s_gpu[i], s_cpu[i], ctx + " scale " + std::to_string(i));
+  for (size_t i = 0; i < q_cpu.size(); ++i) EXPECT_EQ_CTX(int(q_gpu[i]), int(q_cpu[i]), ctx + " q " + std::to_string(i));
+}
+
+}  // namespace
+
+FP8EXT_TEST(cuda_recipes_match_cpu) {
+  require_gpu();
+  const uint32_t seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  for (Recipe r : {Recipe::kPerTensor, Recipe::kPerRow, Recipe::kPerGroup, Recipe::kPerBlock})
+    for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2})
+      for (const Shape& sh : kShapes) compare(r, f, sh, seed + static_cast<uint32_t>(sh.cols));
+}
+
+FP8EXT_TEST(cuda_saturating_cast_matches_cpu_on_all_bf16_values) {
+  require_gpu();
+  std::vector<uint16_t> x(65536);
+  for (int i = 0; i < 65536; ++i) x[i] = static_cast<uint16_t>(i);
+  for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2})
+    for (bool sat : {true, false}) {
+      DeviceBuffer<uint16_t> dx(x.size());
+      DeviceBuffer<uint8_t> dq(x.size());
+      dx.upload(x);
+      const ConstMatrix gx{dx.ptr, DType::kBFloat16, 256, 256, 256};
+      CUDA_OK(cuda::cast_to_fp8(gx, Fp8Matrix{dq.ptr, f, 256, 256, 256}, sat, nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      std::vector<uint8_t> want(x.size());
+      cpu::cast_to_fp8(ConstMatrix{x.data(), DType::kBFloat16, 256, 256, 256}, Fp8Matrix{want.data(), f, 256, 256, 256},
+                       sat);
+      const std::vector<uint8_t> got = dq.download();
+      for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ_CTX(int(got[i]), int(want[i]), "bf16 bits " + std::to_string(i));
+    }
+}
+
+FP8EXT_TEST(cuda_delayed_history_matches_cpu) {
+  require_gpu();
+  const int64_t len = 1500;  // longer than one block of the history update
+  std::vector<float> hist(len), scale(1, 1.0f);
+  for (int64_t i = 0; i < len; ++i) hist[i] = static_cast<float>((i * 37) % 101);
+  DeviceBuffer<float> dh(len), ds(1), used(1), work(1);
+  dh.upload(hist);
+  ds.upload(scale);
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<float> x = random_matrix(33, 1000, 7 + step);
+    DeviceBuffer<float> dx(x.size());
+    DeviceBuffer<uint8_t> dq(x.size());
+    dx.upload(x);
+    std::vector<uint8_t> q(x.size());
+    float used_cpu = 0;
+    const ScaleRule rule{Fp8Format::kE4M3, 0, false};
+    cpu::quantize_delayed(ConstMatrix{x.data(), DType::kFloat32, 33, 1000, 1000}, rule, true, hist.data(), len,
+                          scale.data(), Fp8Matrix{q.data(), Fp8Format::kE4M3, 33, 1000, 1000}, &used_cpu);
+    CUDA_OK(cuda::quantize_delayed(ConstMatrix{dx.ptr, DType::kFloat32, 33, 1000, 1000}, rule, true, dh.ptr, len,
+                                   ds.ptr, Fp8Matrix{dq.ptr, Fp8Format::kE4M3, 33, 1000, 1000}, used.ptr, work.ptr,
+                                   nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(used.download()[0], used_cpu);
+    EXPECT_TRUE(dh.download() == hist);
+    EXPECT_EQ(ds.download()[0], scale[0]);
+    EXPECT_TRUE(dq.download() == q);
+  }
+}

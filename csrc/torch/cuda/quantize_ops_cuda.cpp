@@ -1,0 +1,132 @@
+// CUDA implementations of the quantize ops: argument checks, output allocation
+// (shared with the CPU ops), then the torch-free kernels on the current stream.
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+#include "../quantize_outputs.h"
+#include "../tensor_checks.h"
+#include "fp8ext/quantize_cuda.h"
+
+namespace fp8ext::torch_ops {
+namespace {
+
+using QuantOut = std::tuple<at::Tensor, at::Tensor>;
+
+void check_cuda(cudaError_t err, const char* what) {
+  TORCH_CHECK(err == cudaSuccess, "fp8ext: ", what, " failed: ", cudaGetErrorString(err));
+}
+
+// The quantization kernels are built for the configured archs plus compute_80
+// PTX, so they run (JIT-compiled where needed) on any GPU from sm_80 up.
+void check_device(const at::Tensor& x) {
+  TORCH_CHECK_VALUE(x.is_cuda(), "x must be a CUDA tensor, got ", x.device());
+  int major = 0;
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, x.get_device()), "device query");
+  TORCH_CHECK(major >= 8, "fp8ext: the CUDA quantization kernels need compute capability >= 8.0, got ", major, ".x");
+}
+
+cudaStream_t stream_of(const at::Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.get_device()).stream(); }
+
+at::Tensor workspace_float(const at::Tensor& x) { return at::empty({1}, x.options().dtype(at::kFloat)); }
+
+at::Tensor cast_to_fp8_cuda(const at::Tensor& x, at::ScalarType dtype, bool saturate) {
+  check_device(x);
+  c10::cuda::CUDAGuard guard(x.device());
+  const ConstMatrix in = input_matrix(x, "x");
+  const Fp8Format f = to_fp8_format(dtype, "dtype");
+  at::Tensor q = new_fp8_output(x, dtype, in.cols);
+  check_cuda(cuda::cast_to_fp8(in, output_matrix(q, f, in.cols), saturate, stream_of(x)), "cast_to_fp8");
+  return q;
+}
+
+at::Tensor quantize_with_scale_cuda(const at::Tensor& x, const at::Tensor& scale, at::ScalarType dtype,
+                                    int64_t pad_k_to) {
+  check_device(x);
+  c10::cuda::CUDAGuard guard(x.device());
+  const ConstMatrix in = input_matrix(x, "x");
+  check_scalar_fp32(scale, "scale", x);
+  const Fp8Format f = to_fp8_format(dtype, "dtype");
+  at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
+  check_cuda(cuda::quantize_with_scale(in, scale.data_ptr<float>(), output_matrix(q, f, in.cols), stream_of(x)),
+             "quantize_with_scale");
+  return q;
+}
+
+QuantOut quantize_per_tensor_cuda(const at::Tensor& x, at::ScalarType dtype, int64_t margin, bool power_of_two,
+                                  int64_t pad_k_to) {
+  check_device(x);
+  c10::cuda::CUDAGuard guard(x.device());
+  const ConstMatrix in = input_matrix(x, "x");
+  const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
+  at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
+  at::Tensor s = new_scalar_scale(x);
+  at::Tensor amax = workspace_float(x);
+  check_cuda(cuda::quantize_per_tensor(in, rule, output_matrix(q, rule.format, in.cols), s.data_ptr<float>(),
+                                       amax.data_ptr<float>(), stream_of(x)),
+             "quantize_per_tensor");
+  return {q, s};
+}
+
+QuantOut quantize_delayed_cuda(const at::Tensor& x, at::Tensor& amax_history, at::Tensor& scale,
+                               at::ScalarType dtype, int64_t margin, bool power_of_two, bool use_history_max,
+                               int64_t pad_k_to) {
+  check_device(x);
+  c10::cuda::CUDAGuard guard(x.device());
+  const ConstMatrix in = input_matrix(x, "x");
+  const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
+  check_scalar_fp32(scale, "scale", x);
+  TORCH_CHECK_TYPE(amax_history.scalar_type() == at::kFloat, "amax_history must be float32, got ",
+                   amax_history.scalar_type());
+  TORCH_CHECK_VALUE(amax_history.dim() == 1 && amax_history.numel() >= 1 && amax_history.is_contiguous(),
+                    "amax_history must be a contiguous 1-D tensor of length >= 1, got shape ", amax_history.sizes());
+  TORCH_CHECK_VALUE(amax_history.device() == x.device(), "amax_history must be on ", x.device());
+  at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
+  at::Tensor used = new_scalar_scale(x);
+  at::Tensor amax = workspace_float(x);
+  check_cuda(cuda::quantize_delayed(in, rule, use_history_max, amax_history.data_ptr<float>(), amax_history.numel(),
+                                    scale.data_ptr<float>(), output_matrix(q, rule.format, in.cols),
+                                    used.data_ptr<float>(), amax.data_ptr<float>(), stream_of(x)),
+             "quantize_delayed");
+  return {q, used};
+}
+
+// per-row, per-group and per-block share one shape: allocate, launch, return.
+template <at::Tensor (*NewScales)(const at::Tensor&),
+          cudaError_t (*Launch)(const ConstMatrix&, const ScaleRule&, const Fp8Matrix&, float*, cudaStream_t)>
+QuantOut quantize_scaled_cuda(const at::Tensor& x, at::ScalarType dtype, int64_t margin, bool power_of_two,
+                              int64_t pad_k_to) {
+  check_device(x);
+  c10::cuda::CUDAGuard guard(x.device());
+  const ConstMatrix in = input_matrix(x, "x");
+  const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
+  at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
+  at::Tensor s = NewScales(x);
+  check_cuda(Launch(in, rule, output_matrix(q, rule.format, in.cols), s.data_ptr<float>(), stream_of(x)),
+             "quantization kernel");
+  return {q, s};
+}
+
+at::Tensor new_group_scales_uninit(const at::Tensor& x) {
+  // The kernel writes every entry, padding rows included.
+  const int64_t rows = x.size(0), groups = ceil_div(x.size(1), kGroupSize);
+  const int64_t padded_rows = round_up(rows, kGroupScaleRowAlign);
+  return at::empty({groups, padded_rows}, x.options().dtype(at::kFloat)).as_strided({rows, groups}, {1, padded_rows});
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) {
+  m.impl("cast_to_fp8", &cast_to_fp8_cuda);
+  m.impl("quantize_with_scale", &quantize_with_scale_cuda);
+  m.impl("quantize_per_tensor", &quantize_per_tensor_cuda);
+  m.impl("quantize_delayed", &quantize_delayed_cuda);
+  m.impl("quantize_per_row", &quantize_scaled_cuda<new_row_scales, cuda::quantize_per_row>);
+  m.impl("quantize_per_group", &quantize_scaled_cuda<new_group_scales_uninit, cuda::quantize_per_group>);
+  m.impl("quantize_per_block", &quantize_scaled_cuda<new_block_scales, cuda::quantize_per_block>);
+}
+
+}  // namespace fp8ext::torch_ops

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One run on the lent H200 (see ../shared/DEVICE.md): install the carried
+# CUTLASS wheel, build with that machine's torch, run ctest, the tests (GPU ones
+# included) and the benchmarks. Logs and JSON go to OUT.
+#   usage: scripts/device/run.sh OUT [stage ...]   stages: build ctest test bench (default: all)
+# Carry .whl (the nvidia-cutlass wheel) with the call.
+set -uo pipefail
+OUT="${1:?usage: run.sh OUT [stage ...]}"; shift
+STAGES="${*:-build ctest test bench}"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+BUILD="$ROOT/build/device"
+mkdir -p "$OUT"
+cd "$ROOT"
+status=0
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+step() {  # step NAME CMD...: runs CMD, logs to OUT/NAME.log, remembers failures
+  local name="$1"; shift
+  local t0=$SECONDS
+  echo "== $name"
+  if "$@" > "$OUT/$name.log" 2>&1; then
+    echo "   ok ($((SECONDS - t0)) s)"
+  else
+    echo "   FAILED ($((SECONDS - t0)) s), tail of $name.log:"; tail -40 "$OUT/$name.log"; status=1
+  fi
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
+python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))" >> "$OUT/gpu.txt" 2>&1
+
+if has build; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl > "$OUT/cutlass.log" 2>&1
+  export CUTLASS_DIR=/tmp/site/cutlass_library/source CUDA_HOME=/usr/local/cuda FP8EXT_BUILD_DIR="$BUILD" MAX_JOBS=16
+  step build python3 -m pip install -v --no-build-isolation --no-deps "$ROOT"
+fi
+has ctest && step ctest ctest --test-dir "$BUILD" --output-on-failure
+if has test; then
+  export FP8EXT_TEST_SEED=${FP8EXT_TEST_SEED:-$RANDOM}
+  step test bash -c "cd /tmp && python3 -m pytest -q -rs -p no:cacheprovider --junitxml=$OUT/pytest.xml $ROOT/tests"
+  tail -3 "$OUT/test.log"
+fi
+if has bench && [ -d "$ROOT/bench" ] && ls "$ROOT"/bench/bench_*.py > /dev/null 2>&1; then
+  for b in "$ROOT"/bench/bench_*.py; do
+    step "$(basename "$b" .py)" bash -c "cd /tmp && python3 $b --out $OUT"
+    tail -25 "$OUT/$(basename "$b" .py).log"
+  done
+fi
+exit $status
