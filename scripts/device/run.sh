@@ -2,11 +2,11 @@
 # One run on the lent H200 (see ../shared/DEVICE.md): install the carried
 # CUTLASS wheel, build with that machine's torch, run ctest, the tests (GPU ones
 # included) and the benchmarks. Logs and JSON go to OUT.
-#   usage: scripts/device/run.sh OUT [stage ...]   stages: build ctest test bench (default: all)
+#   usage: scripts/device/run.sh OUT [stage ...]   stages: build ctest sanitize test bench (default: all)
 # Carry .whl (the nvidia-cutlass wheel) with the call.
 set -uo pipefail
 OUT="${1:?usage: run.sh OUT [stage ...]}"; shift
-STAGES="${*:-build ctest test bench}"
+STAGES="${*:-build ctest sanitize test bench}"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BUILD="$ROOT/build/device"
 mkdir -p "$OUT"
@@ -33,6 +33,11 @@ if has build; then
   step build python3 -m pip install -v --no-build-isolation --no-deps "$ROOT"
 fi
 has ctest && step ctest ctest --test-dir "$BUILD" --output-on-failure
+if has sanitize; then  # memcheck over the C++ CUDA harness (a representative subset of shapes)
+  for t in "$BUILD"/csrc/tests/fp8ext_test_*cuda*; do
+    [ -x "$t" ] && step "memcheck-$(basename "$t")" /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 "$t"
+  done
+fi
 if has test; then
   export FP8EXT_TEST_SEED=${FP8EXT_TEST_SEED:-$RANDOM}
   step test bash -c "cd /tmp && python3 -m pytest -q -rs -p no:cacheprovider --junitxml=$OUT/pytest.xml $ROOT/tests"
