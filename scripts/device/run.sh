@@ -29,7 +29,15 @@ python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0)
 
 if has build; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl > "$OUT/cutlass.log" 2>&1
+  # The image's default g++ (/opt/gcc, a Red Hat toolset) links parts of libstdc++
+  # statically; with the C++11 ABI that crashed the first exception message
+  # formatted in the extension (seen 2026-11-29). Prefer the system compiler.
+  for c in /usr/bin/g++ /usr/bin/g++-14 /usr/bin/g++-13 /usr/bin/g++-12; do
+    if [ -x "$c" ]; then export CXX="$c" CUDAHOSTCXX="$c"; break; fi
+  done
+  echo "host compiler: ${CXX:-default}" | tee "$OUT/compiler.txt"
   export CUTLASS_DIR=/tmp/site/cutlass_library/source CUDA_HOME=/usr/local/cuda FP8EXT_BUILD_DIR="$BUILD" MAX_JOBS=16
+  rm -rf "$BUILD"
   step build python3 -m pip install -v --no-build-isolation --no-deps "$ROOT"
 fi
 has ctest && step ctest ctest --test-dir "$BUILD" --output-on-failure
