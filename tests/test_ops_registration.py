@@ -39,6 +39,7 @@ RECIPES = [CurrentScaling(), RowWise(), BlockWise(), DelayedScaling(amax_history
 
 def _compile_matches_eager(device):
     for recipe in RECIPES:
+        torch._dynamo.reset()  # each recipe is a fresh compile, not a recompile of the last
         x = torch.randn(2, 9, 200, device=device, dtype=torch.bfloat16)
         s_eager = ScalingState.create(recipe, device=device) if recipe.activation_mode != "static" else \
             ScalingState.from_scale(0.01, device=device)
