@@ -17,14 +17,10 @@ constexpr int kLanesPerGroup = static_cast<int>(kGroupSize) / kChunk;  // 16
 constexpr int kGroupsPerBlock = kThreads / kLanesPerGroup;             // 16
 
 template <typename T, Fp8Format F>
-__global__ void __launch_bounds__(kThreads) quantize_per_group_kernel(Input<T> in, Output out, ScaleRule rule,
-                                                                      int64_t groups, int64_t padded_rows,
-                                                                      float* scales) {
-  const int64_t gid = blockIdx.x * int64_t{kGroupsPerBlock} + threadIdx.x / kLanesPerGroup;
-  const int lane = threadIdx.x % kLanesPerGroup;
-  const bool active = gid < in.rows * groups;
-  const int64_t r = active ? gid / groups : 0;
-  const int64_t g = active ? gid - r * groups : 0;
+__device__ __forceinline__ void quantize_group(const Input<T>& in, const Output& out, const ScaleRule& rule, int64_t g,
+                                               int64_t r, int lane, int64_t groups, int64_t padded_rows,
+                                               float* scales) {
+  const bool active = g < groups;
   const int64_t c0 = g * kGroupSize + lane * kChunk;
   float v[kChunk];
   if (active) {
@@ -50,6 +46,17 @@ __global__ void __launch_bounds__(kThreads) quantize_per_group_kernel(Input<T> i
   }
 }
 
+template <typename T, Fp8Format F>
+__global__ void __launch_bounds__(kThreads) quantize_per_group_kernel(Input<T> in, Output out, ScaleRule rule,
+                                                                      int64_t groups, int64_t padded_rows,
+                                                                      float* scales) {
+  // Groups of a row along x, rows along y (grid-stride for more than 65535 rows).
+  const int64_t g = blockIdx.x * int64_t{kGroupsPerBlock} + threadIdx.x / kLanesPerGroup;
+  const int lane = threadIdx.x % kLanesPerGroup;
+  for (int64_t r = blockIdx.y; r < in.rows; r += gridDim.y) quantize_group<T, F>(in, out, rule, g, r, lane, groups,
+                                                                                   padded_rows, scales);
+}
+
 }  // namespace
 
 cudaError_t quantize_per_group(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
@@ -60,8 +67,9 @@ cudaError_t quantize_per_group(const ConstMatrix& x, const ScaleRule& rule, cons
   if (total > 0) {
     const Output out = make_output(q);
     dispatch(x, q.format, [&](auto in, auto fmt) {
-      quantize_per_group_kernel<typename decltype(in)::Element, decltype(fmt)::value>
-          <<<static_cast<unsigned>(ceil_div(total, kGroupsPerBlock)), kThreads, 0, stream>>>(
+      const dim3 grid(static_cast<unsigned>(ceil_div(groups, kGroupsPerBlock)),
+                      static_cast<unsigned>(std::min<int64_t>(x.rows, 65535)));
+      quantize_per_group_kernel<typename decltype(in)::Element, decltype(fmt)::value><<<grid, kThreads, 0, stream>>>(
               in, out, rule, groups, padded_rows, group_scales);
     });
     cudaError_t err = cudaGetLastError();

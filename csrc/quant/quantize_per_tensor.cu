@@ -1,6 +1,7 @@
 // Per-tensor recipes on the GPU: static (given scale), current (two passes) and
 // delayed (one pass + a one-block history update), plus the plain FP8 cast.
-// Work is split into 8-element chunks; a grid-stride loop walks them row by row.
+// Work is split into 8-element chunks; blocks walk rows along y and chunks along
+// x (both grid-stride), so no 64-bit division is needed per chunk.
 #include <algorithm>
 
 #include "fp8ext/quantize_cuda.h"
@@ -22,10 +23,16 @@ inline ChunkGrid chunk_grid(const Fp8Matrix& q) {
   return {per_row, per_row * q.rows};
 }
 
-inline int grid_blocks(int64_t total_chunks) {
-  const int64_t want = ceil_div(total_chunks, kThreads);
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, int64_t{num_sms()} * 8)));
+inline dim3 grid_blocks(int64_t rows, int64_t chunks_per_row) {
+  const int64_t x = std::max<int64_t>(1, std::min<int64_t>(ceil_div(chunks_per_row, kThreads), 1024));
+  const int64_t y = std::max<int64_t>(1, std::min<int64_t>(rows, 65535));
+  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
 }
+
+#define FP8EXT_FOR_EACH_CHUNK(rows, chunks_per_row, r, c)                                   \
+  for (int64_t r = blockIdx.y; r < (rows); r += gridDim.y)                                  \
+    for (int64_t c = blockIdx.x * int64_t{kThreads} + threadIdx.x; c < (chunks_per_row);    \
+         c += int64_t{gridDim.x} * kThreads)
 
 // Quantizes every chunk with a scale read from device memory (or derived from
 // an amax there); optionally reduces the amax of what it reads, and block 0
@@ -38,10 +45,8 @@ __global__ void __launch_bounds__(kThreads) quantize_chunks_kernel(Input<T> in, 
   const float scale = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
   if (blockIdx.x == 0 && threadIdx.x == 0 && scale_record) *scale_record = scale;
   float amax = 0.0f;
-  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < grid.total;
-       i += int64_t{gridDim.x} * kThreads) {
-    const int64_t r = i / grid.chunks_per_row;
-    const int64_t c0 = (i - r * grid.chunks_per_row) * kChunk;
+  FP8EXT_FOR_EACH_CHUNK(out.rows, grid.chunks_per_row, r, c) {
+    const int64_t c0 = c * kChunk;
     float v[kChunk];
     in.load(r, c0, v);
     if (kReduceAmax) amax = fmaxf(amax, chunk_amax(v));
@@ -56,14 +61,12 @@ __global__ void __launch_bounds__(kThreads) quantize_chunks_kernel(Input<T> in, 
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, int64_t total,
-                                                        float* amax_out) {
+__global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out) {
   __shared__ float smem[32];
   float amax = 0.0f;
-  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
-    const int64_t r = i / chunks_per_row;
+  FP8EXT_FOR_EACH_CHUNK(in.rows, chunks_per_row, r, c) {
     float v[kChunk];
-    in.load(r, (i - r * chunks_per_row) * kChunk, v);
+    in.load(r, c * kChunk, v);
     amax = fmaxf(amax, chunk_amax(v));
   }
   amax = block_max(amax, smem);
@@ -72,10 +75,8 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chu
 
 template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kThreads) cast_kernel(Input<T> in, Output out, ChunkGrid grid, bool saturate) {
-  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < grid.total;
-       i += int64_t{gridDim.x} * kThreads) {
-    const int64_t r = i / grid.chunks_per_row;
-    const int64_t c0 = (i - r * grid.chunks_per_row) * kChunk;
+  FP8EXT_FOR_EACH_CHUNK(out.rows, grid.chunks_per_row, r, c) {
+    const int64_t c0 = c * kChunk;
     float v[kChunk];
     in.load(r, c0, v);
     uint8_t q[kChunk];
@@ -127,7 +128,7 @@ cudaError_t cast_to_fp8(const ConstMatrix& x, const Fp8Matrix& q, bool saturate,
   if (grid.total == 0) return cudaSuccess;
   const Output out = make_output(q);
   dispatch(x, q.format, [&](auto in, auto fmt) {
-    cast_kernel<FP8EXT_TYPES(in, fmt)><<<grid_blocks(grid.total), kThreads, 0, stream>>>(in, out, grid, saturate);
+    cast_kernel<FP8EXT_TYPES(in, fmt)><<<grid_blocks(q.rows, grid.chunks_per_row), kThreads, 0, stream>>>(in, out, grid, saturate);
   });
   return cudaGetLastError();
 }
@@ -139,7 +140,7 @@ cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const 
   const Output out = make_output(q);
   dispatch(x, q.format, [&](auto in, auto fmt) {
     quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, false>
-        <<<grid_blocks(grid.total), kThreads, 0, stream>>>(in, out, grid, scale, ScaleRule{}, nullptr, nullptr);
+        <<<grid_blocks(q.rows, grid.chunks_per_row), kThreads, 0, stream>>>(in, out, grid, scale, ScaleRule{}, nullptr, nullptr);
   });
   return cudaGetLastError();
 }
@@ -154,10 +155,10 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
   dispatch(x, q.format, [&](auto in, auto fmt) {
     if (read_total > 0)
       amax_kernel<typename decltype(in)::Element>
-          <<<grid_blocks(read_total), kThreads, 0, stream>>>(in, read_chunks_per_row, read_total, amax_workspace);
+          <<<grid_blocks(x.rows, read_chunks_per_row), kThreads, 0, stream>>>(in, read_chunks_per_row, amax_workspace);
     // Runs even for an empty tensor: block 0 writes the scale (1 for amax 0).
     quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false>
-        <<<grid_blocks(grid.total), kThreads, 0, stream>>>(in, make_output(q), grid, amax_workspace, rule, scale_out,
+        <<<grid_blocks(q.rows, grid.chunks_per_row), kThreads, 0, stream>>>(in, make_output(q), grid, amax_workspace, rule, scale_out,
                                                           nullptr);
   });
   return cudaGetLastError();
@@ -172,7 +173,7 @@ cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool u
   const ChunkGrid grid = chunk_grid(q);
   dispatch(x, q.format, [&](auto in, auto fmt) {
     quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, true>
-        <<<grid_blocks(grid.total), kThreads, 0, stream>>>(in, make_output(q), grid, scale, rule, scale_used,
+        <<<grid_blocks(q.rows, grid.chunks_per_row), kThreads, 0, stream>>>(in, make_output(q), grid, scale, rule, scale_used,
                                                           amax_workspace);
   });
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
@@ -182,5 +183,6 @@ cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool u
 }
 
 #undef FP8EXT_TYPES
+#undef FP8EXT_FOR_EACH_CHUNK
 
 }  // namespace fp8ext::cuda
