@@ -57,4 +57,6 @@ if has bench && [ -d "$ROOT/bench" ] && ls "$ROOT"/bench/bench_*.py > /dev/null 
     tail -25 "$OUT/$(basename "$b" .py).log"
   done
 fi
+# At most 8 files come back from the device: pack the logs into one archive.
+(cd "$OUT" && tar czf logs.tgz *.log 2>/dev/null && rm -f *.log)
 exit $status
