@@ -46,13 +46,7 @@ QuantOut quantize_delayed_cpu(const at::Tensor& x, at::Tensor& amax_history, at:
   const ConstMatrix in = input_matrix(x, "x");
   const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
   check_scalar_fp32(scale, "scale", x);
-  TORCH_CHECK_TYPE(amax_history.scalar_type() == at::kFloat, "amax_history must be float32, got ",
-                   amax_history.scalar_type());
-  TORCH_CHECK_VALUE(amax_history.dim() == 1 && amax_history.numel() >= 1 &&
-                        amax_history.is_contiguous(),
-                    "amax_history must be a contiguous 1-D tensor of length >= 1, got shape ",
-                    amax_history.sizes());
-  TORCH_CHECK_VALUE(amax_history.device() == x.device(), "amax_history must be on ", x.device());
+  check_amax_history(amax_history, x);
   at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
   at::Tensor used = new_scalar_scale(x);
   cpu::quantize_delayed(in, rule, use_history_max, amax_history.data_ptr<float>(),
@@ -61,33 +55,16 @@ QuantOut quantize_delayed_cpu(const at::Tensor& x, at::Tensor& amax_history, at:
   return {q, used};
 }
 
-QuantOut quantize_per_row_cpu(const at::Tensor& x, at::ScalarType dtype, int64_t margin,
-                              bool power_of_two, int64_t pad_k_to) {
+// per-row, per-group and per-block share one shape: allocate, run, return.
+template <at::Tensor (*NewScales)(const at::Tensor&),
+          void (*Run)(const ConstMatrix&, const ScaleRule&, const Fp8Matrix&, float*)>
+QuantOut quantize_scaled_cpu(const at::Tensor& x, at::ScalarType dtype, int64_t margin, bool power_of_two,
+                             int64_t pad_k_to) {
   const ConstMatrix in = input_matrix(x, "x");
   const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
   at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
-  at::Tensor s = new_row_scales(x);
-  cpu::quantize_per_row(in, rule, output_matrix(q, rule.format, in.cols), s.data_ptr<float>());
-  return {q, s};
-}
-
-QuantOut quantize_per_group_cpu(const at::Tensor& x, at::ScalarType dtype, int64_t margin,
-                                bool power_of_two, int64_t pad_k_to) {
-  const ConstMatrix in = input_matrix(x, "x");
-  const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
-  at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
-  at::Tensor s = new_group_scales(x);
-  cpu::quantize_per_group(in, rule, output_matrix(q, rule.format, in.cols), s.data_ptr<float>());
-  return {q, s};
-}
-
-QuantOut quantize_per_block_cpu(const at::Tensor& x, at::ScalarType dtype, int64_t margin,
-                                bool power_of_two, int64_t pad_k_to) {
-  const ConstMatrix in = input_matrix(x, "x");
-  const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
-  at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
-  at::Tensor s = new_block_scales(x);
-  cpu::quantize_per_block(in, rule, output_matrix(q, rule.format, in.cols), s.data_ptr<float>());
+  at::Tensor s = NewScales(x);
+  Run(in, rule, output_matrix(q, rule.format, in.cols), s.data_ptr<float>());
   return {q, s};
 }
 
@@ -98,9 +75,9 @@ TORCH_LIBRARY_IMPL(fp8ext, CPU, m) {
   m.impl("quantize_with_scale", &quantize_with_scale_cpu);
   m.impl("quantize_per_tensor", &quantize_per_tensor_cpu);
   m.impl("quantize_delayed", &quantize_delayed_cpu);
-  m.impl("quantize_per_row", &quantize_per_row_cpu);
-  m.impl("quantize_per_group", &quantize_per_group_cpu);
-  m.impl("quantize_per_block", &quantize_per_block_cpu);
+  m.impl("quantize_per_row", &quantize_scaled_cpu<new_row_scales, cpu::quantize_per_row>);
+  m.impl("quantize_per_group", &quantize_scaled_cpu<new_group_scales, cpu::quantize_per_group>);
+  m.impl("quantize_per_block", &quantize_scaled_cpu<new_block_scales, cpu::quantize_per_block>);
 }
 
 }  // namespace fp8ext::torch_ops

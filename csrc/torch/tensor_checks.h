@@ -59,4 +59,11 @@ inline void check_scalar_fp32(const at::Tensor& t, const char* name, const at::T
                     t.device());
 }
 
+inline void check_amax_history(const at::Tensor& h, const at::Tensor& x) {
+  TORCH_CHECK_TYPE(h.scalar_type() == at::kFloat, "amax_history must be float32, got ", h.scalar_type());
+  TORCH_CHECK_VALUE(h.dim() == 1 && h.numel() >= 1 && h.is_contiguous(),
+                    "amax_history must be a contiguous 1-D tensor of length >= 1, got shape ", h.sizes());
+  TORCH_CHECK_VALUE(h.device() == x.device(), "amax_history must be on ", x.device());
+}
+
 }  // namespace fp8ext::torch_ops

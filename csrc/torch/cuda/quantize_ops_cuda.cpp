@@ -79,11 +79,7 @@ QuantOut quantize_delayed_cuda(const at::Tensor& x, at::Tensor& amax_history, at
   const ConstMatrix in = input_matrix(x, "x");
   const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
   check_scalar_fp32(scale, "scale", x);
-  TORCH_CHECK_TYPE(amax_history.scalar_type() == at::kFloat, "amax_history must be float32, got ",
-                   amax_history.scalar_type());
-  TORCH_CHECK_VALUE(amax_history.dim() == 1 && amax_history.numel() >= 1 && amax_history.is_contiguous(),
-                    "amax_history must be a contiguous 1-D tensor of length >= 1, got shape ", amax_history.sizes());
-  TORCH_CHECK_VALUE(amax_history.device() == x.device(), "amax_history must be on ", x.device());
+  check_amax_history(amax_history, x);
   at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
   at::Tensor used = new_scalar_scale(x);
   at::Tensor amax = workspace_float(x);
