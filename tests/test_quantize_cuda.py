@@ -10,7 +10,8 @@ from quant_cases import DTYPES, FP8, random_input
 pytestmark = pytest.mark.gpu
 
 OPS = ["quantize_per_tensor", "quantize_per_row", "quantize_per_group", "quantize_per_block"]
-SHAPES = [(1, 1), (1, 4100), (7, 1), (3, 127), (5, 129), (130, 257), (33, 8192), (1000, 4100), (16384, 129)]
+SHAPES = [(1, 1), (1, 4100), (7, 1), (3, 127), (5, 129), (130, 257), (16, 8192), (33, 8192), (3, 20000),
+          (1000, 4100), (16384, 129)]
 
 
 def same_bits(a, b):

@@ -1,6 +1,6 @@
-// Building blocks of the quantization kernels: 8-element chunks loaded with
-// 16-byte vector loads where alignment allows, the FP8 encoding of a chunk, and
-// block-wide max reductions.
+// Building blocks of the quantization kernels: 16-element chunks (two or four
+// 16-byte loads, one 16-byte FP8 store per thread where alignment allows: more
+// bytes in flight per thread), the FP8 encoding of a chunk, and max reductions.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,7 +15,7 @@
 
 namespace fp8ext::cuda::detail {
 
-constexpr int kChunk = 8;  // elements per thread-chunk: 16 B of bf16/fp16, 8 B of FP8
+constexpr int kChunk = 16;  // elements per thread-chunk: 32 B of bf16/fp16, 16 B of FP8
 
 template <typename T>
 __device__ __forceinline__ float to_float(T v);
@@ -27,29 +27,44 @@ template <>
 __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 // The input matrix, typed. `vec` says rows start 16-byte aligned, so a chunk
-// starting at a multiple of 8 columns can be read with vector loads.
+// starting at a multiple of 16 columns can be read with vector loads. A chunk
+// can be kept raw (in its input type: half the registers of floats for 16-bit
+// inputs) and unpacked when needed.
 template <typename T>
 struct Input {
   using Element = T;
+  static constexpr int kWords = kChunk * static_cast<int>(sizeof(T)) / 16;  // 16-byte words per chunk
+  union Raw {
+    uint4 words[kWords];
+    T elems[kChunk];
+  };
+
   const T* data;
   int64_t rows, cols, row_stride;
   bool vec;
 
-  __device__ __forceinline__ void load(int64_t r, int64_t c0, float (&v)[kChunk]) const {
+  // Columns past `cols` read as zeros.
+  __device__ __forceinline__ void load_raw(int64_t r, int64_t c0, Raw& raw) const {
     const T* p = data + r * row_stride + c0;
     if (vec && c0 + kChunk <= cols) {
-      constexpr int kPer16B = 16 / sizeof(T);
 #pragma unroll
-      for (int i = 0; i < kChunk; i += kPer16B) {
-        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p + i));
-        const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-        for (int j = 0; j < kPer16B; ++j) v[i + j] = to_float(e[j]);
-      }
+      for (int i = 0; i < kWords; ++i)  // streaming loads: each byte is read once
+        raw.words[i] = __ldcs(reinterpret_cast<const uint4*>(p) + i);
     } else {
 #pragma unroll
-      for (int i = 0; i < kChunk; ++i) v[i] = c0 + i < cols ? to_float(p[i]) : 0.0f;
+      for (int i = 0; i < kChunk; ++i) raw.elems[i] = c0 + i < cols ? p[i] : T(0.0f);
     }
+  }
+
+  __device__ __forceinline__ static void unpack(const Raw& raw, float (&v)[kChunk]) {
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) v[i] = to_float(raw.elems[i]);
+  }
+
+  __device__ __forceinline__ void load(int64_t r, int64_t c0, float (&v)[kChunk]) const {
+    Raw raw;
+    load_raw(r, c0, raw);
+    unpack(raw, v);
   }
 };
 
@@ -57,16 +72,16 @@ struct Input {
 struct Output {
   uint8_t* data;
   int64_t rows, cols, padded_cols;
-  bool vec;  // rows start 8-byte aligned
+  bool vec;  // rows start 16-byte aligned
 
   __device__ __forceinline__ void store(int64_t r, int64_t c0, const uint8_t (&b)[kChunk]) const {
     uint8_t* p = data + r * padded_cols + c0;
     if (vec && c0 + kChunk <= padded_cols) {
-      uint2 packed;
+      uint4 packed;
       uint8_t* pb = reinterpret_cast<uint8_t*>(&packed);
 #pragma unroll
       for (int i = 0; i < kChunk; ++i) pb[i] = c0 + i < cols ? b[i] : 0;
-      *reinterpret_cast<uint2*>(p) = packed;
+      __stcs(reinterpret_cast<uint4*>(p), packed);  // streaming: not re-read by this kernel
     } else {
 #pragma unroll
       for (int i = 0; i < kChunk; ++i)
@@ -93,12 +108,20 @@ __device__ __forceinline__ void encode2_saturate(float a, float b, uint8_t& qa, 
 #endif
 }
 
-// q = saturating_cast(v / scale) for a chunk; IEEE division as the CPU reference.
+// A scale with its reciprocal, so a chunk divides with a multiply and two FMAs.
+struct Scale {
+  float s, r;
+  __device__ __forceinline__ explicit Scale(float scale) : s(scale), r(1.0f / scale) {}  // IEEE: r = RN(1 / s)
+};
+
+// q = saturating_cast(v / scale) for a chunk, bit-exact with the CPU reference's
+// IEEE division (see divide_by_scale).
 template <Fp8Format F>
-__device__ __forceinline__ void quantize_chunk(const float (&v)[kChunk], float scale, uint8_t (&q)[kChunk]) {
+__device__ __forceinline__ void quantize_chunk(const float (&v)[kChunk], Scale scale, uint8_t (&q)[kChunk]) {
 #pragma unroll
   for (int i = 0; i < kChunk; i += 2)
-    encode2_saturate<F>(__fdiv_rn(v[i], scale), __fdiv_rn(v[i + 1], scale), q[i], q[i + 1]);
+    encode2_saturate<F>(divide_by_scale(v[i], scale.s, scale.r), divide_by_scale(v[i + 1], scale.s, scale.r), q[i],
+                        q[i + 1]);
 }
 
 __device__ __forceinline__ float chunk_amax(const float (&v)[kChunk]) {
@@ -142,7 +165,7 @@ Input<T> make_input(const ConstMatrix& x) {
 }
 
 inline Output make_output(const Fp8Matrix& q) {
-  const bool vec = aligned(q.data, 8) && (q.rows <= 1 || q.padded_cols % 8 == 0);
+  const bool vec = aligned(q.data, 16) && (q.rows <= 1 || q.padded_cols % 16 == 0);
   return Output{q.data, q.rows, q.cols, q.padded_cols, vec};
 }
 

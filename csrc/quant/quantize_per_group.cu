@@ -1,5 +1,5 @@
-// 1x128 group scaling (DeepSeek-V3 activations): 16 threads per group, one
-// 8-element chunk each, so a group is read once and its amax is a 4-step
+// 1x128 group scaling (DeepSeek-V3 activations): 8 threads per group, one
+// 16-element chunk each, so a group is read once and its amax is a 3-step
 // shuffle. Scales are written M-major (scale(r, g) at g * padded_rows + r), the
 // layout the block-wise GEMM reads; padding rows get 0.
 #include <algorithm>
@@ -13,8 +13,8 @@ namespace {
 using namespace detail;
 
 constexpr int kThreads = 256;
-constexpr int kLanesPerGroup = static_cast<int>(kGroupSize) / kChunk;  // 16
-constexpr int kGroupsPerBlock = kThreads / kLanesPerGroup;             // 16
+constexpr int kLanesPerGroup = static_cast<int>(kGroupSize) / kChunk;  // 8
+constexpr int kGroupsPerBlock = kThreads / kLanesPerGroup;             // 32
 
 template <typename T, Fp8Format F>
 __device__ __forceinline__ void quantize_group(const Input<T>& in, const Output& out, const ScaleRule& rule, int64_t g,
@@ -33,15 +33,15 @@ __device__ __forceinline__ void quantize_group(const Input<T>& in, const Output&
 #pragma unroll
   for (int o = kLanesPerGroup / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
   if (!active) return;
-  const float scale = scale_from_amax(amax, rule);
+  const float s = scale_from_amax(amax, rule);
   if (lane == 0) {
-    scales[g * padded_rows + r] = scale;
+    scales[g * padded_rows + r] = s;
     if (r == in.rows - 1)
       for (int64_t pr = in.rows; pr < padded_rows; ++pr) scales[g * padded_rows + pr] = 0.0f;
   }
   if (c0 < out.padded_cols) {
     uint8_t q[kChunk];
-    quantize_chunk<F>(v, scale, q);
+    quantize_chunk<F>(v, Scale(s), q);
     out.store(r, c0, q);
   }
 }

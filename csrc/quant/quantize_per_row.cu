@@ -1,6 +1,6 @@
 // Per-row (per-token / per-channel) scaling: one block per row. Each thread
 // keeps up to kCached chunks in registers between the amax and the quantize
-// step, so rows up to 256 * 8 * 4 = 8192 elements are read from memory once;
+// step, so rows up to 256 * 16 * 4 = 16384 elements are read from memory once;
 // longer rows read their tail twice (the second read mostly hits L2).
 #include <algorithm>
 
@@ -21,17 +21,19 @@ __global__ void __launch_bounds__(256) quantize_per_row_kernel(Input<T> in, Outp
   const int64_t r = blockIdx.x;
   const int64_t read_chunks = ceil_div(in.cols, kChunk);
   const int64_t write_chunks = ceil_div(out.padded_cols, kChunk);
-  float cache[kCached][kChunk];
+  typename Input<T>::Raw cache[kCached];  // raw input: half the registers of floats for 16-bit types
   float amax = 0.0f;
 #pragma unroll
   for (int k = 0; k < kCached; ++k) {
     const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
     if (c < read_chunks) {
-      in.load(r, c * kChunk, cache[k]);
-      amax = fmaxf(amax, chunk_amax(cache[k]));
+      in.load_raw(r, c * kChunk, cache[k]);
+      float v[kChunk];
+      in.unpack(cache[k], v);
+      amax = fmaxf(amax, chunk_amax(v));
     } else {
 #pragma unroll
-      for (int i = 0; i < kChunk; ++i) cache[k][i] = 0.0f;  // K padding
+      for (int i = 0; i < Input<T>::kWords; ++i) cache[k].words[i] = make_uint4(0, 0, 0, 0);  // K padding
     }
   }
   for (int64_t c = threadIdx.x + int64_t{kCached} * blockDim.x; c < read_chunks; c += blockDim.x) {
@@ -39,14 +41,17 @@ __global__ void __launch_bounds__(256) quantize_per_row_kernel(Input<T> in, Outp
     in.load(r, c * kChunk, v);
     amax = fmaxf(amax, chunk_amax(v));
   }
-  const float scale = scale_from_amax(block_max(amax, smem), rule);
-  if (threadIdx.x == 0) row_scales[r] = scale;
+  const float s = scale_from_amax(block_max(amax, smem), rule);
+  if (threadIdx.x == 0) row_scales[r] = s;
+  const Scale scale(s);
 #pragma unroll
   for (int k = 0; k < kCached; ++k) {
     const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
     if (c < write_chunks) {
+      float v[kChunk];
+      in.unpack(cache[k], v);  // chunks past cols hold zeros
       uint8_t q[kChunk];
-      quantize_chunk<F>(cache[k], scale, q);  // chunks past cols hold zeros
+      quantize_chunk<F>(v, scale, q);
       out.store(r, c * kChunk, q);
     }
   }

@@ -1,11 +1,13 @@
-// Per-tensor recipes on the GPU: static (given scale), current (two passes) and
-// delayed (one pass + a one-block history update), plus the plain FP8 cast.
-// Work is split into 8-element chunks; blocks walk rows along y and chunks along
-// x (both grid-stride), so no 64-bit division is needed per chunk.
+// Per-tensor recipes on the GPU: static (given scale), current (two passes, or
+// one for small tensors: quantize_per_tensor_small.cu) and delayed (one pass;
+// the last block to finish rolls the history), plus the plain FP8 cast.
+// Work is split into 16-element chunks; blocks walk rows along y and chunks
+// along x (both grid-stride), so no 64-bit division is needed per chunk.
 #include <algorithm>
 
 #include "fp8ext/quantize_cuda.h"
 #include "quant_common.cuh"
+#include "quantize_per_tensor_small.cuh"
 
 namespace fp8ext::cuda {
 namespace {
@@ -13,15 +15,6 @@ namespace {
 using namespace detail;
 
 constexpr int kThreads = 256;
-
-struct ChunkGrid {
-  int64_t chunks_per_row, total;
-};
-
-inline ChunkGrid chunk_grid(const Fp8Matrix& q) {
-  const int64_t per_row = ceil_div(q.padded_cols, kChunk);
-  return {per_row, per_row * q.rows};
-}
 
 inline dim3 grid_blocks(int64_t rows, int64_t chunks_per_row) {
   const int64_t x = std::max<int64_t>(1, std::min<int64_t>(ceil_div(chunks_per_row, kThreads), 1024));
@@ -34,18 +27,53 @@ inline dim3 grid_blocks(int64_t rows, int64_t chunks_per_row) {
     for (int64_t c = blockIdx.x * int64_t{kThreads} + threadIdx.x; c < (chunks_per_row);    \
          c += int64_t{gridDim.x} * kThreads)
 
+// Delayed scaling's bookkeeping, run by one whole block: pushes `newest` to the
+// front of the history and recomputes *scale. The shift walks from the top down
+// in block-sized windows so no entry is overwritten before it has been read.
+__device__ void roll_history(float newest, float* history, int64_t len, float* scale, const ScaleRule& rule,
+                             bool use_history_max, float* smem) {
+  float hmax = 0.0f;
+  for (int64_t hi = len - 1; hi >= 1; hi -= blockDim.x) {
+    const int64_t i = hi - threadIdx.x;
+    float prev = 0.0f;
+    if (i >= 1) {
+      prev = history[i - 1];
+      hmax = fmaxf(hmax, prev);
+    }
+    __syncthreads();
+    if (i >= 1) history[i] = prev;
+    __syncthreads();
+  }
+  hmax = block_max(fmaxf(hmax, newest), smem);
+  if (threadIdx.x == 0) {
+    history[0] = newest;
+    *scale = scale_from_amax(use_history_max ? hmax : newest, rule);
+  }
+}
+
+struct DelayedUpdate {  // present only for delayed scaling
+  float* history;
+  int64_t len;
+  float* scale;
+  bool use_history_max;
+};
+
 // Quantizes every chunk with a scale read from device memory (or derived from
-// an amax there); optionally reduces the amax of what it reads, and block 0
-// records the scale it used.
+// an amax there), and block 0 records the scale it used. With kReduceAmax it
+// also reduces the amax of what it reads into workspace[0]; the last block to
+// finish (counted in workspace[1]) then applies the delayed-scaling update.
 template <typename T, Fp8Format F, bool kScaleFromAmax, bool kReduceAmax>
-__global__ void __launch_bounds__(kThreads) quantize_chunks_kernel(Input<T> in, Output out, ChunkGrid grid,
+__global__ void __launch_bounds__(kThreads) quantize_chunks_kernel(Input<T> in, Output out, int64_t chunks_per_row,
                                                                    const float* scale_or_amax, ScaleRule rule,
-                                                                   float* scale_record, float* amax_out) {
+                                                                   float* scale_record, float* workspace,
+                                                                   DelayedUpdate delayed) {
   __shared__ float smem[32];
-  const float scale = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
-  if (blockIdx.x == 0 && threadIdx.x == 0 && scale_record) *scale_record = scale;
+  __shared__ bool last_block;
+  const float s = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
+  const Scale scale(s);
   float amax = 0.0f;
-  FP8EXT_FOR_EACH_CHUNK(out.rows, grid.chunks_per_row, r, c) {
+  FP8EXT_FOR_EACH_CHUNK(out.rows, chunks_per_row, r, c) {
     const int64_t c0 = c * kChunk;
     float v[kChunk];
     in.load(r, c0, v);
@@ -54,10 +82,19 @@ __global__ void __launch_bounds__(kThreads) quantize_chunks_kernel(Input<T> in, 
     quantize_chunk<F>(v, scale, q);
     out.store(r, c0, q);
   }
-  if (kReduceAmax) {
-    amax = block_max(amax, smem);
-    if (threadIdx.x == 0) atomic_max_nonneg(amax_out, amax);
+  if (!kReduceAmax) return;
+  amax = block_max(amax, smem);
+  if (threadIdx.x == 0) {
+    atomic_max_nonneg(&workspace[0], amax);
+    __threadfence();  // the amax is visible before this block counts as finished
+    auto* done = reinterpret_cast<unsigned int*>(&workspace[1]);
+    last_block = atomicAdd(done, 1u) == gridDim.x * gridDim.y - 1;
   }
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();
+  const float total = *reinterpret_cast<volatile float*>(&workspace[0]);
+  roll_history(total, delayed.history, delayed.len, delayed.scale, rule, delayed.use_history_max, smem);
 }
 
 template <typename T>
@@ -74,8 +111,8 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chu
 }
 
 template <typename T, Fp8Format F>
-__global__ void __launch_bounds__(kThreads) cast_kernel(Input<T> in, Output out, ChunkGrid grid, bool saturate) {
-  FP8EXT_FOR_EACH_CHUNK(out.rows, grid.chunks_per_row, r, c) {
+__global__ void __launch_bounds__(kThreads) cast_kernel(Input<T> in, Output out, int64_t chunks_per_row, bool saturate) {
+  FP8EXT_FOR_EACH_CHUNK(out.rows, chunks_per_row, r, c) {
     const int64_t c0 = c * kChunk;
     float v[kChunk];
     in.load(r, c0, v);
@@ -93,73 +130,49 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(Input<T> in, Output out,
   }
 }
 
-// Pushes *amax to the front of the history and recomputes *scale. One block;
-// the shift walks from the top down in block-sized windows so no entry is
-// overwritten before it has been read.
-__global__ void delayed_update_kernel(const float* amax, float* history, int64_t len, float* scale, ScaleRule rule,
-                                      bool use_history_max) {
-  __shared__ float smem[32];
-  float hmax = 0.0f;
-  for (int64_t hi = len - 1; hi >= 1; hi -= blockDim.x) {
-    const int64_t i = hi - threadIdx.x;
-    float prev = 0.0f;
-    if (i >= 1) {
-      prev = history[i - 1];
-      hmax = fmaxf(hmax, prev);
-    }
-    __syncthreads();
-    if (i >= 1) history[i] = prev;
-    __syncthreads();
-  }
-  const float newest = *amax;
-  hmax = block_max(fmaxf(hmax, newest), smem);
-  if (threadIdx.x == 0) {
-    history[0] = newest;
-    *scale = scale_from_amax(use_history_max ? hmax : newest, rule);
-  }
-}
+int64_t write_chunks_per_row(const Fp8Matrix& q) { return ceil_div(q.padded_cols, kChunk); }
 
 }  // namespace
 
 #define FP8EXT_TYPES(in, fmt) typename decltype(in)::Element, decltype(fmt)::value
 
 cudaError_t cast_to_fp8(const ConstMatrix& x, const Fp8Matrix& q, bool saturate, cudaStream_t stream) {
-  const ChunkGrid grid = chunk_grid(q);
-  if (grid.total == 0) return cudaSuccess;
+  const int64_t chunks = write_chunks_per_row(q);
+  if (chunks * q.rows == 0) return cudaSuccess;
   const Output out = make_output(q);
   dispatch(x, q.format, [&](auto in, auto fmt) {
-    cast_kernel<FP8EXT_TYPES(in, fmt)><<<grid_blocks(q.rows, grid.chunks_per_row), kThreads, 0, stream>>>(in, out, grid, saturate);
+    cast_kernel<FP8EXT_TYPES(in, fmt)><<<grid_blocks(q.rows, chunks), kThreads, 0, stream>>>(in, out, chunks, saturate);
   });
   return cudaGetLastError();
 }
 
 cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const Fp8Matrix& q,
                                 cudaStream_t stream) {
-  const ChunkGrid grid = chunk_grid(q);
-  if (grid.total == 0) return cudaSuccess;
+  const int64_t chunks = write_chunks_per_row(q);
+  if (chunks * q.rows == 0) return cudaSuccess;
   const Output out = make_output(q);
   dispatch(x, q.format, [&](auto in, auto fmt) {
-    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, false>
-        <<<grid_blocks(q.rows, grid.chunks_per_row), kThreads, 0, stream>>>(in, out, grid, scale, ScaleRule{}, nullptr, nullptr);
+    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, false><<<grid_blocks(q.rows, chunks), kThreads, 0, stream>>>(
+        in, out, chunks, scale, ScaleRule{}, nullptr, nullptr, DelayedUpdate{});
   });
   return cudaGetLastError();
 }
 
 cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
                                 float* scale_out, float* amax_workspace, cudaStream_t stream) {
+  if (x.rows * x.cols > 0 && detail::per_tensor_fits_one_pass(x, q))
+    return detail::quantize_per_tensor_one_pass(x, rule, q, scale_out, stream);
   cudaError_t err = cudaMemsetAsync(amax_workspace, 0, sizeof(float), stream);
   if (err != cudaSuccess) return err;
-  const ChunkGrid grid = chunk_grid(q);
-  const int64_t read_chunks_per_row = ceil_div(x.cols, kChunk);
-  const int64_t read_total = read_chunks_per_row * x.rows;
+  const int64_t chunks = write_chunks_per_row(q);
+  const int64_t read_chunks = ceil_div(x.cols, kChunk);
   dispatch(x, q.format, [&](auto in, auto fmt) {
-    if (read_total > 0)
+    if (read_chunks * x.rows > 0)
       amax_kernel<typename decltype(in)::Element>
-          <<<grid_blocks(x.rows, read_chunks_per_row), kThreads, 0, stream>>>(in, read_chunks_per_row, amax_workspace);
+          <<<grid_blocks(x.rows, read_chunks), kThreads, 0, stream>>>(in, read_chunks, amax_workspace);
     // Runs even for an empty tensor: block 0 writes the scale (1 for amax 0).
-    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false>
-        <<<grid_blocks(q.rows, grid.chunks_per_row), kThreads, 0, stream>>>(in, make_output(q), grid, amax_workspace, rule, scale_out,
-                                                          nullptr);
+    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false><<<grid_blocks(q.rows, chunks), kThreads, 0, stream>>>(
+        in, make_output(q), chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{});
   });
   return cudaGetLastError();
 }
@@ -168,17 +181,15 @@ cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool u
                              float* amax_history, int64_t history_len, float* scale,
                              const Fp8Matrix& q, float* scale_used, float* amax_workspace,
                              cudaStream_t stream) {
-  cudaError_t err = cudaMemsetAsync(amax_workspace, 0, sizeof(float), stream);
+  cudaError_t err = cudaMemsetAsync(amax_workspace, 0, kAmaxWorkspaceFloats * sizeof(float), stream);
   if (err != cudaSuccess) return err;
-  const ChunkGrid grid = chunk_grid(q);
+  const int64_t chunks = write_chunks_per_row(q);
+  const DelayedUpdate update{amax_history, history_len, scale, use_history_max};
   dispatch(x, q.format, [&](auto in, auto fmt) {
-    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, true>
-        <<<grid_blocks(q.rows, grid.chunks_per_row), kThreads, 0, stream>>>(in, make_output(q), grid, scale, rule, scale_used,
-                                                          amax_workspace);
+    // An empty tensor still launches one block, which records amax 0.
+    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, true><<<grid_blocks(q.rows, chunks), kThreads, 0, stream>>>(
+        in, make_output(q), chunks, scale, rule, scale_used, amax_workspace, update);
   });
-  if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  delayed_update_kernel<<<1, 1024, 0, stream>>>(amax_workspace, amax_history, history_len, scale, rule,
-                                                use_history_max);
   return cudaGetLastError();
 }
 

@@ -77,7 +77,7 @@ void compare(Recipe recipe, Fp8Format f, const Shape& sh, uint32_t seed) {
   std::vector<float> s_cpu(scale_count(recipe, sh.rows, sh.cols));
   const Fp8Matrix hq{q_cpu.data(), f, sh.rows, sh.cols, padded};
 
-  DeviceBuffer<float> dx(x.size()), ds(s_cpu.size()), work(1);
+  DeviceBuffer<float> dx(x.size()), ds(s_cpu.size()), work(cuda::kAmaxWorkspaceFloats);
   DeviceBuffer<uint8_t> dq(q_cpu.size());
   dx.upload(x);
   cudaMemset(dq.ptr, 0xAB, dq.n);  // poison: every byte must be written
@@ -147,7 +147,7 @@ FP8EXT_TEST(cuda_delayed_history_matches_cpu) {
   const int64_t len = 1500;  // longer than one block of the history update
   std::vector<float> hist(len), scale(1, 1.0f);
   for (int64_t i = 0; i < len; ++i) hist[i] = static_cast<float>((i * 37) % 101);
-  DeviceBuffer<float> dh(len), ds(1), used(1), work(1);
+  DeviceBuffer<float> dh(len), ds(1), used(1), work(cuda::kAmaxWorkspaceFloats);
   dh.upload(hist);
   ds.upload(scale);
   for (int step = 0; step < 3; ++step) {

@@ -16,14 +16,21 @@ cudaError_t cast_to_fp8(const ConstMatrix& x, const Fp8Matrix& q, bool saturate,
 cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const Fp8Matrix& q,
                                 cudaStream_t stream);
 
-// Current scaling, two passes: a grid-wide amax into *amax_workspace (one float),
-// then quantization with the scale derived from it. Two passes because a tensor
-// larger than L2 cannot be held on chip while the grid agrees on its amax.
+// Scratch the per-tensor recipes need in device memory: the grid-wide amax and
+// a finished-blocks counter (two 32-bit words, zeroed by the call itself).
+constexpr int kAmaxWorkspaceFloats = 2;
+
+// Current scaling. A tensor larger than the chip is read twice (a grid-wide
+// amax into the workspace, then quantization with the scale derived from it):
+// it cannot be held on chip while the grid agrees on its amax. A small tensor
+// (<= kOnePassMaxElements, on sm_90) takes one pass: a cluster of blocks holds it
+// in registers and agrees on the amax through distributed shared memory.
+constexpr int64_t kOnePassMaxElements = 131072;
 cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
                                 float* scale_out, float* amax_workspace, cudaStream_t stream);
 
 // Delayed scaling: one pass quantizes with *scale and reduces this tensor's amax;
-// a one-block kernel then rolls the history and recomputes *scale.
+// the last block to finish rolls the history and recomputes *scale.
 cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool use_history_max,
                              float* amax_history, int64_t history_len, float* scale,
                              const Fp8Matrix& q, float* scale_used, float* amax_workspace,

@@ -31,7 +31,9 @@ void check_device(const at::Tensor& x) {
 
 cudaStream_t stream_of(const at::Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.get_device()).stream(); }
 
-at::Tensor workspace_float(const at::Tensor& x) { return at::empty({1}, x.options().dtype(at::kFloat)); }
+at::Tensor amax_workspace(const at::Tensor& x) {
+  return at::empty({cuda::kAmaxWorkspaceFloats}, x.options().dtype(at::kFloat));
+}
 
 at::Tensor cast_to_fp8_cuda(const at::Tensor& x, at::ScalarType dtype, bool saturate) {
   check_device(x);
@@ -64,7 +66,7 @@ QuantOut quantize_per_tensor_cuda(const at::Tensor& x, at::ScalarType dtype, int
   const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
   at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
   at::Tensor s = new_scalar_scale(x);
-  at::Tensor amax = workspace_float(x);
+  at::Tensor amax = amax_workspace(x);
   check_cuda(cuda::quantize_per_tensor(in, rule, output_matrix(q, rule.format, in.cols), s.data_ptr<float>(),
                                        amax.data_ptr<float>(), stream_of(x)),
              "quantize_per_tensor");
@@ -82,7 +84,7 @@ QuantOut quantize_delayed_cuda(const at::Tensor& x, at::Tensor& amax_history, at
   check_amax_history(amax_history, x);
   at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
   at::Tensor used = new_scalar_scale(x);
-  at::Tensor amax = workspace_float(x);
+  at::Tensor amax = amax_workspace(x);
   check_cuda(cuda::quantize_delayed(in, rule, use_history_max, amax_history.data_ptr<float>(), amax_history.numel(),
                                     scale.data_ptr<float>(), output_matrix(q, rule.format, in.cols),
                                     used.data_ptr<float>(), amax.data_ptr<float>(), stream_of(x)),
