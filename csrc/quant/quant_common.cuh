@@ -91,17 +91,20 @@ struct Output {
 };
 
 // Saturating encode of two values. On sm_89+ the hardware conversion (RNE,
-// satfinite: +-Inf and overflow -> +-max) does the work; it returns a positive
-// canonical NaN, so NaN codes are patched to keep their sign like the CPU code.
-template <Fp8Format F>
+// satfinite: +-Inf and overflow -> +-max) does the work. It returns a positive
+// canonical NaN, so with kNaNs the NaN codes are patched to keep their sign
+// like the CPU code; without, the caller guarantees there are no NaNs.
+template <Fp8Format F, bool kNaNs>
 __device__ __forceinline__ void encode2_saturate(float a, float b, uint8_t& qa, uint8_t& qb) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   constexpr __nv_fp8_interpretation_t kind = F == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
   const __nv_fp8x2_storage_t r = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kind);
   qa = static_cast<uint8_t>(r & 0xFF);
   qb = static_cast<uint8_t>(r >> 8);
-  if (a != a) qa = static_cast<uint8_t>((__float_as_uint(a) >> 24) & 0x80u) | 0x7Fu;
-  if (b != b) qb = static_cast<uint8_t>((__float_as_uint(b) >> 24) & 0x80u) | 0x7Fu;
+  if (kNaNs) {
+    if (a != a) qa = static_cast<uint8_t>((__float_as_uint(a) >> 24) & 0x80u) | 0x7Fu;
+    if (b != b) qb = static_cast<uint8_t>((__float_as_uint(b) >> 24) & 0x80u) | 0x7Fu;
+  }
 #else
   qa = encode_fp8_saturate(a, F);
   qb = encode_fp8_saturate(b, F);
@@ -111,25 +114,54 @@ __device__ __forceinline__ void encode2_saturate(float a, float b, uint8_t& qa, 
 // A scale with its reciprocal, so a chunk divides with a multiply and two FMAs.
 struct Scale {
   float s, r;
-  __device__ __forceinline__ explicit Scale(float scale) : s(scale), r(1.0f / scale) {}  // IEEE: r = RN(1 / s)
+  bool fast;  // fast_quotient applies to this scale
+  __device__ __forceinline__ explicit Scale(float scale)
+      : s(scale), r(1.0f / scale), fast(fast_division_ok(scale)) {}  // IEEE: r = RN(1 / s)
 };
 
 // q = saturating_cast(v / scale) for a chunk, bit-exact with the CPU reference's
-// IEEE division (see divide_by_scale).
+// IEEE division. The fast path (see fast_quotient) costs ~4 instructions per
+// element; a chunk holding a zero, a non-finite value or an overflow (rare, so
+// the branch is nearly free) is redone with IEEE divisions.
 template <Fp8Format F>
 __device__ __forceinline__ void quantize_chunk(const float (&v)[kChunk], Scale scale, uint8_t (&q)[kChunk]) {
+  constexpr int kPart = 8;  // checked in parts: fewer live registers than the whole chunk
 #pragma unroll
-  for (int i = 0; i < kChunk; i += 2)
-    encode2_saturate<F>(divide_by_scale(v[i], scale.s, scale.r), divide_by_scale(v[i + 1], scale.s, scale.r), q[i],
-                        q[i + 1]);
+  for (int p = 0; p < kChunk; p += kPart) {
+    float d[kPart];
+    bool exact = !scale.fast;
+    if (scale.fast) {
+#pragma unroll
+      for (int i = 0; i < kPart; ++i) {
+        d[i] = fast_quotient(v[p + i], scale.s, scale.r);
+        exact |= !(fabsf(d[i]) > 0.0f);  // zero or NaN
+      }
+    }
+    if (exact) {
+#pragma unroll
+      for (int i = 0; i < kPart; ++i) d[i] = __fdiv_rn(v[p + i], scale.s);
+#pragma unroll
+      for (int i = 0; i < kPart; i += 2) encode2_saturate<F, true>(d[i], d[i + 1], q[p + i], q[p + i + 1]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPart; i += 2) encode2_saturate<F, false>(d[i], d[i + 1], q[p + i], q[p + i + 1]);
+    }
+  }
 }
 
+// Max of |v| over the finite values: a plain max first (fmaxf skips NaNs), and
+// only a chunk holding an Inf (rare) pays for the per-element finiteness test.
 __device__ __forceinline__ float chunk_amax(const float (&v)[kChunk]) {
   float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kChunk; ++i) m = fmaxf(m, fabsf(v[i]));
+  if (m != INFINITY) return m;
+  m = 0.0f;
 #pragma unroll
   for (int i = 0; i < kChunk; ++i) m = fmaxf(m, finite_abs(v[i]));
   return m;
 }
+
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll

@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(Input<T> in, Output out,
 #pragma unroll
     for (int j = 0; j < kChunk; j += 2) {
       if (saturate) {
-        encode2_saturate<F>(v[j], v[j + 1], q[j], q[j + 1]);
+        encode2_saturate<F, true>(v[j], v[j + 1], q[j], q[j + 1]);
       } else {
         q[j] = encode_fp8(v[j], F);
         q[j + 1] = encode_fp8(v[j + 1], F);

@@ -29,7 +29,7 @@ inline at::Tensor new_group_scales(const at::Tensor& x) {
   const int64_t rows = x.size(0);
   const int64_t groups = ceil_div(x.size(1), kGroupSize);
   const int64_t padded_rows = round_up(rows, kGroupScaleRowAlign);
-  at::Tensor storage = at::zeros({groups, padded_rows}, x.options().dtype(at::kFloat));
+  at::Tensor storage = at::empty({groups, padded_rows}, x.options().dtype(at::kFloat));  // kernels write the padding
   return storage.as_strided({rows, groups}, {1, padded_rows});
 }
 

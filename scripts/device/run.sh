@@ -2,7 +2,8 @@
 # One run on the lent H200 (see ../shared/DEVICE.md): install the carried
 # CUTLASS wheel, build with that machine's torch, run ctest, the tests (GPU ones
 # included) and the benchmarks. Logs and JSON go to OUT.
-#   usage: scripts/device/run.sh OUT [stage ...]   stages: build ctest sanitize test bench (default: all)
+#   usage: scripts/device/run.sh OUT [stage ...]
+#   stages: build ctest sanitize test bench (the default: all of these), profile (ncu on the quantize kernels)
 # Carry .whl (the nvidia-cutlass wheel) with the call.
 set -uo pipefail
 OUT="${1:?usage: run.sh OUT [stage ...]}"; shift
@@ -56,6 +57,11 @@ if has bench && [ -d "$ROOT/bench" ] && ls "$ROOT"/bench/bench_*.py > /dev/null 
     step "$(basename "$b" .py)" bash -c "cd /tmp && python3 $b --out $OUT"
     tail -25 "$OUT/$(basename "$b" .py).log"
   done
+fi
+if has profile; then
+  step profile /usr/local/cuda/bin/ncu --clock-control none --section SpeedOfLight --section Occupancy \
+    --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+    python3 "$ROOT/scripts/device/profile_quantize.py"
 fi
 # At most 8 files come back from the device: pack the logs into one archive.
 (cd "$OUT" && tar czf logs.tgz *.log 2>/dev/null && rm -f *.log)

@@ -54,22 +54,18 @@ FP8EXT_HD float finite_abs(float x) {
   return b < 0x7F800000u ? float_of(b) : 0.0f;
 }
 
-// x / s, correctly rounded, given r = RN(1 / s): the kernels' replacement for an
-// IEEE division per element. q0 = x * r is within an ulp of x / s, and one FMA
-// residual step rounds it exactly (Markstein's theorem; the C++ harness checks
-// every bf16 and sampled fp16/fp32 inputs against x / s) while nothing over- or
-// underflows. Quotients below 2^-100 keep q0 (right sign, encodes to FP8 zero);
-// huge, non-finite or subnormal operands take the exact division.
-FP8EXT_HD float divide_by_scale(float x, float s, float r) {
+// The kernels' division, x / s from r = RN(1 / s) with a multiply and two FMAs
+// (Markstein: q0 = x * r is within an ulp, one residual step rounds it
+// correctly). Valid when fast_division_ok(s) and the result is neither zero
+// nor NaN: then it is x / s exactly, or, where the residual underflows, a value
+// of the same sign below 2^-17 that FP8 rounds to zero all the same. Zeros and
+// NaNs (zero or non-finite inputs, overflow) must be redone with an IEEE
+// division. The C++ harness checks this against x / s.
+FP8EXT_HD bool fast_division_ok(float s) { return s >= 0x1p-60f && s <= 0x1p60f; }
+
+FP8EXT_HD float fast_quotient(float x, float s, float r) {
   const float q0 = x * r;
-  const float a = fabsf(q0);
-  if (a < 0x1p-100f) return q0;
-  if (a < 0x1p100f && fabsf(x) > 0x1p-90f) return fmaf(fmaf(-q0, s, x), r, q0);
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(x, s);
-#else
-  return x / s;
-#endif
+  return fmaf(fmaf(-q0, s, x), r, q0);
 }
 
 FP8EXT_HD uint8_t quantize_value(float x, float scale, Fp8Format f) {
