@@ -8,6 +8,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "fp8ext/scaling.h"
@@ -225,6 +226,15 @@ inline int num_sms() {
     return n > 0 ? n : 132;
   }();
   return sms;
+}
+
+// Grid height for kernels whose blocks take two rows a step (grid-stride): about
+// 16 blocks per SM in all, with the row pairs spread evenly over them.
+inline unsigned row_pair_grid_y(int64_t rows, int64_t x_blocks) {
+  const int64_t pairs = std::max<int64_t>(1, ceil_div(rows, 2));
+  const int64_t target = std::max<int64_t>(1, int64_t{num_sms()} * 16 / std::max<int64_t>(1, x_blocks));
+  const int64_t steps = ceil_div(pairs, target);
+  return static_cast<unsigned>(std::min<int64_t>(ceil_div(pairs, steps), 65535));
 }
 
 }  // namespace fp8ext::cuda::detail

@@ -16,29 +16,25 @@ constexpr int kThreads = 256;
 constexpr int kLanesPerGroup = static_cast<int>(kGroupSize) / kChunk;  // 8
 constexpr int kGroupsPerBlock = kThreads / kLanesPerGroup;             // 32
 
+// Finishes group g of row r from its loaded chunks: amax across the group's
+// lanes, the scale, the FP8 codes.
 template <typename T, Fp8Format F>
-__device__ __forceinline__ void quantize_group(const Input<T>& in, const Output& out, const ScaleRule& rule, int64_t g,
-                                               int64_t r, int lane, int64_t groups, int64_t padded_rows,
-                                               float* scales) {
-  const bool active = g < groups;
-  const int64_t c0 = g * kGroupSize + lane * kChunk;
+__device__ __forceinline__ void quantize_group(const typename Input<T>::Raw& raw, const Output& out,
+                                               const ScaleRule& rule, int64_t g, int64_t r, int lane,
+                                               bool active, int64_t rows, int64_t padded_rows, float* scales) {
   float v[kChunk];
-  if (active) {
-    in.load(r, c0, v);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) v[i] = 0.0f;
-  }
-  float amax = chunk_amax(v);
+  Input<T>::unpack(raw, v);
+  float amax = active ? chunk_amax(v) : 0.0f;
 #pragma unroll
   for (int o = kLanesPerGroup / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
   if (!active) return;
   const float s = scale_from_amax(amax, rule);
   if (lane == 0) {
     scales[g * padded_rows + r] = s;
-    if (r == in.rows - 1)
-      for (int64_t pr = in.rows; pr < padded_rows; ++pr) scales[g * padded_rows + pr] = 0.0f;
+    if (r == rows - 1)
+      for (int64_t pr = rows; pr < padded_rows; ++pr) scales[g * padded_rows + pr] = 0.0f;
   }
+  const int64_t c0 = g * kGroupSize + lane * kChunk;
   if (c0 < out.padded_cols) {
     uint8_t q[kChunk];
     quantize_chunk<F>(v, Scale(s), q);
@@ -46,15 +42,25 @@ __device__ __forceinline__ void quantize_group(const Input<T>& in, const Output&
   }
 }
 
+// Groups of a row along x, rows along y: two rows a step (both loaded before
+// either is finished), grid-stride over a few blocks per SM.
 template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kThreads) quantize_per_group_kernel(Input<T> in, Output out, ScaleRule rule,
                                                                       int64_t groups, int64_t padded_rows,
                                                                       float* scales) {
-  // Groups of a row along x, rows along y (grid-stride for more than 65535 rows).
   const int64_t g = blockIdx.x * int64_t{kGroupsPerBlock} + threadIdx.x / kLanesPerGroup;
   const int lane = threadIdx.x % kLanesPerGroup;
-  for (int64_t r = blockIdx.y; r < in.rows; r += gridDim.y) quantize_group<T, F>(in, out, rule, g, r, lane, groups,
-                                                                                   padded_rows, scales);
+  const bool active = g < groups;
+  const int64_t c0 = g * kGroupSize + lane * kChunk;
+  for (int64_t r = blockIdx.y; r < in.rows; r += 2 * int64_t{gridDim.y}) {
+    const int64_t r2 = r + gridDim.y;
+    const bool second = r2 < in.rows;  // uniform across the block: shuffles stay converged
+    typename Input<T>::Raw a = {}, b = {};
+    if (active) in.load_raw(r, c0, a);
+    if (active && second) in.load_raw(r2, c0, b);
+    quantize_group<T, F>(a, out, rule, g, r, lane, active, in.rows, padded_rows, scales);
+    if (second) quantize_group<T, F>(b, out, rule, g, r2, lane, active, in.rows, padded_rows, scales);
+  }
 }
 
 }  // namespace
@@ -67,8 +73,8 @@ cudaError_t quantize_per_group(const ConstMatrix& x, const ScaleRule& rule, cons
   if (total > 0) {
     const Output out = make_output(q);
     dispatch(x, q.format, [&](auto in, auto fmt) {
-      const dim3 grid(static_cast<unsigned>(ceil_div(groups, kGroupsPerBlock)),
-                      static_cast<unsigned>(std::min<int64_t>(x.rows, 65535)));
+      const int64_t x_blocks = ceil_div(groups, kGroupsPerBlock);
+      const dim3 grid(static_cast<unsigned>(x_blocks), row_pair_grid_y(x.rows, x_blocks));
       quantize_per_group_kernel<typename decltype(in)::Element, decltype(fmt)::value><<<grid, kThreads, 0, stream>>>(
               in, out, rule, groups, padded_rows, group_scales);
     });

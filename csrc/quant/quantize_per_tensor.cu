@@ -1,8 +1,10 @@
 // Per-tensor recipes on the GPU: static (given scale), current (two passes, or
 // one for small tensors: quantize_per_tensor_small.cu) and delayed (one pass;
 // the last block to finish rolls the history), plus the plain FP8 cast.
-// Work is split into 16-element chunks; blocks walk rows along y and chunks
-// along x (both grid-stride), so no 64-bit division is needed per chunk.
+// Work is split into 16-element chunks; blocks walk rows along y, two rows a
+// step (two chunks' loads in flight per thread), and chunks along x, both
+// grid-stride over a grid of a few blocks per SM, so per-block set-up (the
+// scale, its reciprocal) is paid rarely and no 64-bit division is needed.
 #include <algorithm>
 
 #include "fp8ext/quantize_cuda.h"
@@ -18,14 +20,21 @@ constexpr int kThreads = 256;
 
 inline dim3 grid_blocks(int64_t rows, int64_t chunks_per_row) {
   const int64_t x = std::max<int64_t>(1, std::min<int64_t>(ceil_div(chunks_per_row, kThreads), 1024));
-  const int64_t y = std::max<int64_t>(1, std::min<int64_t>(rows, 65535));
+  const unsigned y = row_pair_grid_y(rows, x);
   return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
 }
 
-#define FP8EXT_FOR_EACH_CHUNK(rows, chunks_per_row, r, c)                                   \
-  for (int64_t r = blockIdx.y; r < (rows); r += gridDim.y)                                  \
-    for (int64_t c = blockIdx.x * int64_t{kThreads} + threadIdx.x; c < (chunks_per_row);    \
-         c += int64_t{gridDim.x} * kThreads)
+// Calls body(r, c, r2) for chunk column c of row r and, when r2 >= 0, of row
+// r2 too (the body loads both before working on either).
+template <typename Body>
+__device__ __forceinline__ void for_each_chunk_pair(int64_t rows, int64_t chunks_per_row, Body&& body) {
+  const int64_t row_step = 2 * int64_t{gridDim.y};
+  for (int64_t r = blockIdx.y; r < rows; r += row_step) {
+    const int64_t r2 = r + gridDim.y < rows ? r + gridDim.y : -1;
+    for (int64_t c = blockIdx.x * int64_t{kThreads} + threadIdx.x; c < chunks_per_row; c += int64_t{gridDim.x} * kThreads)
+      body(r, c, r2);
+  }
+}
 
 // Delayed scaling's bookkeeping, run by one whole block: pushes `newest` to the
 // front of the history and recomputes *scale. The shift walks from the top down
@@ -63,7 +72,7 @@ struct DelayedUpdate {  // present only for delayed scaling
 // also reduces the amax of what it reads into workspace[0]; the last block to
 // finish (counted in workspace[1]) then applies the delayed-scaling update.
 template <typename T, Fp8Format F, bool kScaleFromAmax, bool kReduceAmax>
-__global__ void __launch_bounds__(kThreads) quantize_chunks_kernel(Input<T> in, Output out, int64_t chunks_per_row,
+__global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> in, Output out, int64_t chunks_per_row,
                                                                    const float* scale_or_amax, ScaleRule rule,
                                                                    float* scale_record, float* workspace,
                                                                    DelayedUpdate delayed) {
@@ -73,15 +82,21 @@ __global__ void __launch_bounds__(kThreads) quantize_chunks_kernel(Input<T> in, 
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
   const Scale scale(s);
   float amax = 0.0f;
-  FP8EXT_FOR_EACH_CHUNK(out.rows, chunks_per_row, r, c) {
-    const int64_t c0 = c * kChunk;
+  auto quantize_raw = [&](int64_t r, int64_t c0, const typename Input<T>::Raw& raw) {
     float v[kChunk];
-    in.load(r, c0, v);
+    in.unpack(raw, v);
     if (kReduceAmax) amax = fmaxf(amax, chunk_amax(v));
     uint8_t q[kChunk];
     quantize_chunk<F>(v, scale, q);
     out.store(r, c0, q);
-  }
+  };
+  for_each_chunk_pair(out.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t r2) {
+    typename Input<T>::Raw a, b;
+    in.load_raw(r, c * kChunk, a);
+    if (r2 >= 0) in.load_raw(r2, c * kChunk, b);
+    quantize_raw(r, c * kChunk, a);
+    if (r2 >= 0) quantize_raw(r2, c * kChunk, b);
+  });
   if (!kReduceAmax) return;
   amax = block_max(amax, smem);
   if (threadIdx.x == 0) {
@@ -101,19 +116,25 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out) {
   __shared__ float smem[32];
   float amax = 0.0f;
-  FP8EXT_FOR_EACH_CHUNK(in.rows, chunks_per_row, r, c) {
+  for_each_chunk_pair(in.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t r2) {
+    typename Input<T>::Raw a, b;
+    in.load_raw(r, c * kChunk, a);
+    if (r2 >= 0) in.load_raw(r2, c * kChunk, b);
     float v[kChunk];
-    in.load(r, c * kChunk, v);
+    in.unpack(a, v);
     amax = fmaxf(amax, chunk_amax(v));
-  }
+    if (r2 >= 0) {
+      in.unpack(b, v);
+      amax = fmaxf(amax, chunk_amax(v));
+    }
+  });
   amax = block_max(amax, smem);
   if (threadIdx.x == 0) atomic_max_nonneg(amax_out, amax);
 }
 
 template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kThreads) cast_kernel(Input<T> in, Output out, int64_t chunks_per_row, bool saturate) {
-  FP8EXT_FOR_EACH_CHUNK(out.rows, chunks_per_row, r, c) {
-    const int64_t c0 = c * kChunk;
+  auto cast_row = [&](int64_t r, int64_t c0) {
     float v[kChunk];
     in.load(r, c0, v);
     uint8_t q[kChunk];
@@ -127,7 +148,11 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(Input<T> in, Output out,
       }
     }
     out.store(r, c0, q);
-  }
+  };
+  for_each_chunk_pair(out.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t r2) {
+    cast_row(r, c * kChunk);
+    if (r2 >= 0) cast_row(r2, c * kChunk);
+  });
 }
 
 int64_t write_chunks_per_row(const Fp8Matrix& q) { return ceil_div(q.padded_cols, kChunk); }
@@ -194,6 +219,5 @@ cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool u
 }
 
 #undef FP8EXT_TYPES
-#undef FP8EXT_FOR_EACH_CHUNK
 
 }  // namespace fp8ext::cuda
