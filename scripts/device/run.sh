@@ -61,6 +61,7 @@ fi
 if has profile; then
   step profile /usr/local/cuda/bin/ncu --clock-control none --section SpeedOfLight --section Occupancy \
     --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+    --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats \
     python3 "$ROOT/scripts/device/profile_quantize.py"
 fi
 # At most 8 files come back from the device: pack the logs into one archive.
