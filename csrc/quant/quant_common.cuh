@@ -69,47 +69,60 @@ struct Input {
   }
 };
 
+// Sixteen FP8 codes, one chunk: stored with one 16-byte store.
+union Codes {
+  uint4 vec;
+  uint32_t words[4];
+  uint8_t bytes[kChunk];
+};
+
 // The FP8 output [rows, padded_cols]; columns past `cols` are written as zeros.
 struct Output {
   uint8_t* data;
   int64_t rows, cols, padded_cols;
   bool vec;  // rows start 16-byte aligned
 
-  __device__ __forceinline__ void store(int64_t r, int64_t c0, const uint8_t (&b)[kChunk]) const {
+  __device__ __forceinline__ void store(int64_t r, int64_t c0, Codes q) const {
     uint8_t* p = data + r * padded_cols + c0;
-    if (vec && c0 + kChunk <= padded_cols) {
-      uint4 packed;
-      uint8_t* pb = reinterpret_cast<uint8_t*>(&packed);
+    if (c0 + kChunk > cols) {  // the last chunk of a row that ends mid-chunk
 #pragma unroll
-      for (int i = 0; i < kChunk; ++i) pb[i] = c0 + i < cols ? b[i] : 0;
-      __stcs(reinterpret_cast<uint4*>(p), packed);  // streaming: not re-read by this kernel
+      for (int i = 0; i < kChunk; ++i)
+        if (c0 + i >= cols) q.bytes[i] = 0;
+    }
+    if (vec && c0 + kChunk <= padded_cols) {
+      __stcs(reinterpret_cast<uint4*>(p), q.vec);  // streaming: not re-read by this kernel
     } else {
 #pragma unroll
       for (int i = 0; i < kChunk; ++i)
-        if (c0 + i < padded_cols) p[i] = c0 + i < cols ? b[i] : 0;
+        if (c0 + i < padded_cols) p[i] = q.bytes[i];
     }
   }
 };
 
-// Saturating encode of two values. On sm_89+ the hardware conversion (RNE,
-// satfinite: +-Inf and overflow -> +-max) does the work. It returns a positive
-// canonical NaN, so with kNaNs the NaN codes are patched to keep their sign
-// like the CPU code; without, the caller guarantees there are no NaNs.
+// Saturating encode of two values into a 16-bit pair (a in the low byte). On
+// sm_89+ the hardware conversion (RNE, satfinite: +-Inf and overflow -> +-max)
+// does the work. It returns a positive canonical NaN, so with kNaNs the NaN
+// codes are patched to keep their sign like the CPU code; without, the caller
+// guarantees there are no NaNs.
 template <Fp8Format F, bool kNaNs>
-__device__ __forceinline__ void encode2_saturate(float a, float b, uint8_t& qa, uint8_t& qb) {
+__device__ __forceinline__ uint32_t encode2_saturate(float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   constexpr __nv_fp8_interpretation_t kind = F == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
-  const __nv_fp8x2_storage_t r = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kind);
-  qa = static_cast<uint8_t>(r & 0xFF);
-  qb = static_cast<uint8_t>(r >> 8);
+  uint32_t r = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kind);
   if (kNaNs) {
-    if (a != a) qa = static_cast<uint8_t>((__float_as_uint(a) >> 24) & 0x80u) | 0x7Fu;
-    if (b != b) qb = static_cast<uint8_t>((__float_as_uint(b) >> 24) & 0x80u) | 0x7Fu;
+    if (a != a) r = (r & 0xFF00u) | ((__float_as_uint(a) >> 24) & 0x80u) | 0x7Fu;
+    if (b != b) r = (r & 0x00FFu) | ((((__float_as_uint(b) >> 24) & 0x80u) | 0x7Fu) << 8);
   }
+  return r;
 #else
-  qa = encode_fp8_saturate(a, F);
-  qb = encode_fp8_saturate(b, F);
+  return encode_fp8_saturate(a, F) | (uint32_t{encode_fp8_saturate(b, F)} << 8);
 #endif
+}
+
+// Four values into one word of codes.
+template <Fp8Format F, bool kNaNs>
+__device__ __forceinline__ uint32_t encode4_saturate(const float* v) {
+  return __byte_perm(encode2_saturate<F, kNaNs>(v[0], v[1]), encode2_saturate<F, kNaNs>(v[2], v[3]), 0x5410);
 }
 
 // A scale with its reciprocal, so a chunk divides with a multiply and two FMAs.
@@ -125,8 +138,9 @@ struct Scale {
 // element; a chunk holding a zero, a non-finite value or an overflow (rare, so
 // the branch is nearly free) is redone with IEEE divisions.
 template <Fp8Format F>
-__device__ __forceinline__ void quantize_chunk(const float (&v)[kChunk], Scale scale, uint8_t (&q)[kChunk]) {
+__device__ __forceinline__ Codes quantize_chunk(const float (&v)[kChunk], Scale scale) {
   constexpr int kPart = 8;  // checked in parts: fewer live registers than the whole chunk
+  Codes q;
 #pragma unroll
   for (int p = 0; p < kChunk; p += kPart) {
     float d[kPart];
@@ -142,27 +156,58 @@ __device__ __forceinline__ void quantize_chunk(const float (&v)[kChunk], Scale s
 #pragma unroll
       for (int i = 0; i < kPart; ++i) d[i] = __fdiv_rn(v[p + i], scale.s);
 #pragma unroll
-      for (int i = 0; i < kPart; i += 2) encode2_saturate<F, true>(d[i], d[i + 1], q[p + i], q[p + i + 1]);
+      for (int i = 0; i < kPart; i += 4) q.words[(p + i) / 4] = encode4_saturate<F, true>(d + i);
     } else {
 #pragma unroll
-      for (int i = 0; i < kPart; i += 2) encode2_saturate<F, false>(d[i], d[i + 1], q[p + i], q[p + i + 1]);
+      for (int i = 0; i < kPart; i += 4) q.words[(p + i) / 4] = encode4_saturate<F, false>(d + i);
     }
   }
+  return q;
 }
 
-// Max of |v| over the finite values: a plain max first (fmaxf skips NaNs), and
-// only a chunk holding an Inf (rare) pays for the per-element finiteness test.
-__device__ __forceinline__ float chunk_amax(const float (&v)[kChunk]) {
+// Max of |v| with NaNs skipped (fmaxf) but infinities kept: one instruction per
+// element. Where it comes out infinite (rare), the caller redoes the max with
+// chunk_finite_max, since amax is taken over finite values only.
+__device__ __forceinline__ float chunk_abs_max(const float (&v)[kChunk]) {
   float m = 0.0f;
 #pragma unroll
   for (int i = 0; i < kChunk; ++i) m = fmaxf(m, fabsf(v[i]));
-  if (m != INFINITY) return m;
-  m = 0.0f;
+  return m;
+}
+
+__device__ __forceinline__ float chunk_finite_max(const float (&v)[kChunk]) {
+  float m = 0.0f;
 #pragma unroll
   for (int i = 0; i < kChunk; ++i) m = fmaxf(m, finite_abs(v[i]));
   return m;
 }
 
+__device__ __forceinline__ float chunk_amax(const float (&v)[kChunk]) {
+  const float m = chunk_abs_max(v);
+  return m != INFINITY ? m : chunk_finite_max(v);
+}
+
+// Finite amax of chunks held raw in registers. All loads must have been issued
+// before this is called: the branch here would otherwise serialise them.
+template <typename T, int N>
+__device__ __forceinline__ float raw_chunks_amax(const typename Input<T>::Raw (&raw)[N]) {
+  float m = 0.0f;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    float v[kChunk];
+    Input<T>::unpack(raw[k], v);
+    m = fmaxf(m, chunk_abs_max(v));
+  }
+  if (m != INFINITY) return m;
+  m = 0.0f;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    float v[kChunk];
+    Input<T>::unpack(raw[k], v);
+    m = fmaxf(m, chunk_finite_max(v));
+  }
+  return m;
+}
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll

@@ -1,7 +1,7 @@
-// 128x128 block scaling (weights, once at load time): one 256-thread block per
-// tile. Thread t owns chunk column t % 8 of rows t / 8 + 32 i (i < 4): 64
-// raw input values kept in registers between the tile's amax and its quantization, and
-// each 8-thread row segment reads 256 contiguous bytes.
+// 128x128 block scaling (weights, once at load time): one 512-thread block per
+// tile. Thread t owns chunk column t % 8 of rows t / 8 + 64 i (i < 2): 32 raw
+// input values kept in registers between the tile's amax and its quantization,
+// and each 8-thread row segment reads 256 contiguous bytes.
 #include <algorithm>
 
 #include "fp8ext/quantize_cuda.h"
@@ -12,10 +12,10 @@ namespace {
 
 using namespace detail;
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 512;
 constexpr int kChunkCols = static_cast<int>(kGroupSize) / kChunk;  // 8
-constexpr int kRowStep = kThreads / kChunkCols;                    // 32
-constexpr int kRowsPerThread = static_cast<int>(kGroupSize) / kRowStep;  // 4
+constexpr int kRowStep = kThreads / kChunkCols;                    // 64
+constexpr int kRowsPerThread = static_cast<int>(kGroupSize) / kRowStep;  // 2
 
 template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kThreads) quantize_per_block_kernel(Input<T> in, Output out, ScaleRule rule,
@@ -24,18 +24,13 @@ __global__ void __launch_bounds__(kThreads) quantize_per_block_kernel(Input<T> i
   const int64_t br = blockIdx.y, bc = blockIdx.x;
   const int64_t c0 = bc * kGroupSize + (threadIdx.x % kChunkCols) * kChunk;
   const int64_t r0 = br * kGroupSize + threadIdx.x / kChunkCols;
-  typename Input<T>::Raw raw[kRowsPerThread];  // half the registers of floats for 16-bit types
-  float amax = 0.0f;
+  typename Input<T>::Raw raw[kRowsPerThread] = {};  // half the registers of floats for 16-bit types
 #pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) {
+  for (int i = 0; i < kRowsPerThread; ++i) {  // all loads first, so they are in flight together
     const int64_t r = r0 + int64_t{i} * kRowStep;
-    if (r < in.rows) {
-      in.load_raw(r, c0, raw[i]);
-      float v[kChunk];
-      in.unpack(raw[i], v);
-      amax = fmaxf(amax, chunk_amax(v));
-    }
+    if (r < in.rows) in.load_raw(r, c0, raw[i]);
   }
+  const float amax = raw_chunks_amax<T>(raw);  // rows past the end hold zeros
   const float s = scale_from_amax(block_max(amax, smem), rule);
   if (threadIdx.x == 0) scales[br * block_cols + bc] = s;
   const Scale scale(s);
@@ -46,9 +41,7 @@ __global__ void __launch_bounds__(kThreads) quantize_per_block_kernel(Input<T> i
     if (r < in.rows) {
       float v[kChunk];
       in.unpack(raw[i], v);
-      uint8_t q[kChunk];
-      quantize_chunk<F>(v, scale, q);
-      out.store(r, c0, q);
+      out.store(r, c0, quantize_chunk<F>(v, scale));
     }
   }
 }

@@ -36,9 +36,7 @@ __device__ __forceinline__ void quantize_group(const typename Input<T>::Raw& raw
   }
   const int64_t c0 = g * kGroupSize + lane * kChunk;
   if (c0 < out.padded_cols) {
-    uint8_t q[kChunk];
-    quantize_chunk<F>(v, Scale(s), q);
-    out.store(r, c0, q);
+    out.store(r, c0, quantize_chunk<F>(v, Scale(s)));
   }
 }
 

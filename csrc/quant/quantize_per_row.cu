@@ -1,6 +1,6 @@
 // Per-row (per-token / per-channel) scaling: one block per row. Each thread
 // keeps up to kCached chunks in registers between the amax and the quantize
-// step, so rows up to 256 * 16 * 4 = 16384 elements are read from memory once;
+// step, so rows up to 256 * 16 * 2 = 8192 elements are read from memory once;
 // longer rows read their tail twice (the second read mostly hits L2).
 #include <algorithm>
 
@@ -12,7 +12,7 @@ namespace {
 
 using namespace detail;
 
-constexpr int kCached = 4;
+constexpr int kCached = 2;
 
 template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(256) quantize_per_row_kernel(Input<T> in, Output out, ScaleRule rule,
@@ -22,20 +22,17 @@ __global__ void __launch_bounds__(256) quantize_per_row_kernel(Input<T> in, Outp
   const int64_t read_chunks = ceil_div(in.cols, kChunk);
   const int64_t write_chunks = ceil_div(out.padded_cols, kChunk);
   typename Input<T>::Raw cache[kCached];  // raw input: half the registers of floats for 16-bit types
-  float amax = 0.0f;
 #pragma unroll
-  for (int k = 0; k < kCached; ++k) {
+  for (int k = 0; k < kCached; ++k) {  // all loads first, so they are in flight together
     const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
     if (c < read_chunks) {
       in.load_raw(r, c * kChunk, cache[k]);
-      float v[kChunk];
-      in.unpack(cache[k], v);
-      amax = fmaxf(amax, chunk_amax(v));
     } else {
 #pragma unroll
       for (int i = 0; i < Input<T>::kWords; ++i) cache[k].words[i] = make_uint4(0, 0, 0, 0);  // K padding
     }
   }
+  float amax = raw_chunks_amax<T>(cache);
   for (int64_t c = threadIdx.x + int64_t{kCached} * blockDim.x; c < read_chunks; c += blockDim.x) {
     float v[kChunk];
     in.load(r, c * kChunk, v);
@@ -50,17 +47,13 @@ __global__ void __launch_bounds__(256) quantize_per_row_kernel(Input<T> in, Outp
     if (c < write_chunks) {
       float v[kChunk];
       in.unpack(cache[k], v);  // chunks past cols hold zeros
-      uint8_t q[kChunk];
-      quantize_chunk<F>(v, scale, q);
-      out.store(r, c * kChunk, q);
+      out.store(r, c * kChunk, quantize_chunk<F>(v, scale));
     }
   }
   for (int64_t c = threadIdx.x + int64_t{kCached} * blockDim.x; c < write_chunks; c += blockDim.x) {
     float v[kChunk];
     in.load(r, c * kChunk, v);
-    uint8_t q[kChunk];
-    quantize_chunk<F>(v, scale, q);
-    out.store(r, c * kChunk, q);
+    out.store(r, c * kChunk, quantize_chunk<F>(v, scale));
   }
 }
 

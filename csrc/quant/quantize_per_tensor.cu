@@ -86,9 +86,7 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
     float v[kChunk];
     in.unpack(raw, v);
     if (kReduceAmax) amax = fmaxf(amax, chunk_amax(v));
-    uint8_t q[kChunk];
-    quantize_chunk<F>(v, scale, q);
-    out.store(r, c0, q);
+    out.store(r, c0, quantize_chunk<F>(v, scale));
   };
   for_each_chunk_pair(out.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t r2) {
     typename Input<T>::Raw a, b;
@@ -137,15 +135,13 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(Input<T> in, Output out,
   auto cast_row = [&](int64_t r, int64_t c0) {
     float v[kChunk];
     in.load(r, c0, v);
-    uint8_t q[kChunk];
+    Codes q;
+    if (saturate) {
 #pragma unroll
-    for (int j = 0; j < kChunk; j += 2) {
-      if (saturate) {
-        encode2_saturate<F, true>(v[j], v[j + 1], q[j], q[j + 1]);
-      } else {
-        q[j] = encode_fp8(v[j], F);
-        q[j + 1] = encode_fp8(v[j + 1], F);
-      }
+      for (int j = 0; j < kChunk; j += 4) q.words[j / 4] = encode4_saturate<F, true>(v + j);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) q.bytes[j] = encode_fp8(v[j], F);
     }
     out.store(r, c0, q);
   };

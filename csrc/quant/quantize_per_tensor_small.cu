@@ -27,21 +27,16 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float smem[32];
   __shared__ float block_amax;
   cg::cluster_group cluster = cg::this_cluster();
-  typename Input<T>::Raw raw[kChunksPerThread];
   int row[kChunksPerThread], col[kChunksPerThread];
-  float amax = 0.0f;
+  typename Input<T>::Raw raw[kChunksPerThread] = {};
 #pragma unroll
-  for (int k = 0; k < kChunksPerThread; ++k) {
+  for (int k = 0; k < kChunksPerThread; ++k) {  // all loads first, so they are in flight together
     const int i = (k * kClusterBlocks + static_cast<int>(blockIdx.x)) * kThreads + static_cast<int>(threadIdx.x);
     row[k] = i < total_chunks ? i / chunks_per_row : -1;
     col[k] = (i - row[k] * chunks_per_row) * kChunk;
-    if (row[k] >= 0) {
-      in.load_raw(row[k], col[k], raw[k]);
-      float v[kChunk];
-      in.unpack(raw[k], v);
-      amax = fmaxf(amax, chunk_amax(v));
-    }
+    if (row[k] >= 0) in.load_raw(row[k], col[k], raw[k]);
   }
+  float amax = raw_chunks_amax<T>(raw);  // chunks past the end hold zeros
   amax = block_max(amax, smem);
   if (threadIdx.x == 0) block_amax = amax;
   cluster.sync();  // every block's amax is published
@@ -57,9 +52,7 @@ __global__ void __launch_bounds__(kThreads)
     if (row[k] < 0) continue;
     float v[kChunk];
     in.unpack(raw[k], v);
-    uint8_t q[kChunk];
-    quantize_chunk<F>(v, scale, q);
-    out.store(row[k], col[k], q);
+    out.store(row[k], col[k], quantize_chunk<F>(v, scale));
   }
 #else
   __trap();  // never launched below sm_90 (see per_tensor_fits_one_pass)
