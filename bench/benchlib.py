@@ -50,7 +50,9 @@ def run_info() -> dict:
                                 cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
     except OSError:
         commit = ""
-    return {"commit": commit or os.environ.get("FP8EXT_COMMIT", "unknown"),
+    # The device machine's copy of the tree may carry a stale .git: the caller
+    # passes the commit it sent in FP8EXT_COMMIT, which wins.
+    return {"commit": os.environ.get("FP8EXT_COMMIT") or commit or "unknown",
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
             "torch": torch.__version__, "date": datetime.date.today().isoformat()}
 

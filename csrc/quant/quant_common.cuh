@@ -273,13 +273,18 @@ inline int num_sms() {
   return sms;
 }
 
-// Grid height for kernels whose blocks take two rows a step (grid-stride): about
-// 16 blocks per SM in all, with the row pairs spread evenly over them.
-inline unsigned row_pair_grid_y(int64_t rows, int64_t x_blocks) {
-  const int64_t pairs = std::max<int64_t>(1, ceil_div(rows, 2));
+// Rows a block takes per step in the row-striding kernels: 64 bytes of input
+// per thread in flight (four rows of 16-bit chunks, two of fp32).
+template <typename T>
+constexpr int kRowsPerStep = sizeof(T) == 4 ? 2 : 4;
+
+// Grid height for those kernels: about 16 blocks per SM in all, with the row
+// groups spread evenly over them.
+inline unsigned row_step_grid_y(int64_t rows, int64_t x_blocks, int rows_per_step) {
+  const int64_t groups = std::max<int64_t>(1, ceil_div(rows, rows_per_step));
   const int64_t target = std::max<int64_t>(1, int64_t{num_sms()} * 16 / std::max<int64_t>(1, x_blocks));
-  const int64_t steps = ceil_div(pairs, target);
-  return static_cast<unsigned>(std::min<int64_t>(ceil_div(pairs, steps), 65535));
+  const int64_t steps = ceil_div(groups, target);
+  return static_cast<unsigned>(std::min<int64_t>(ceil_div(groups, steps), 65535));
 }
 
 }  // namespace fp8ext::cuda::detail

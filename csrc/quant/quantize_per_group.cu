@@ -15,6 +15,7 @@ using namespace detail;
 constexpr int kThreads = 256;
 constexpr int kLanesPerGroup = static_cast<int>(kGroupSize) / kChunk;  // 8
 constexpr int kGroupsPerBlock = kThreads / kLanesPerGroup;             // 32
+constexpr int kGroupRowsPerStep = 2;  // four rows (as the per-tensor kernels) spill registers here
 
 // Finishes group g of row r from its loaded chunks: amax across the group's
 // lanes, the scale, the FP8 codes.
@@ -40,24 +41,27 @@ __device__ __forceinline__ void quantize_group(const typename Input<T>::Raw& raw
   }
 }
 
-// Groups of a row along x, rows along y: two rows a step (both loaded before
-// either is finished), grid-stride over a few blocks per SM.
+// Groups of a row along x, rows along y: a few rows a step (all loaded before
+// any is finished), grid-stride over a few blocks per SM.
 template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kThreads) quantize_per_group_kernel(Input<T> in, Output out, ScaleRule rule,
                                                                       int64_t groups, int64_t padded_rows,
                                                                       float* scales) {
+  constexpr int N = kGroupRowsPerStep;
   const int64_t g = blockIdx.x * int64_t{kGroupsPerBlock} + threadIdx.x / kLanesPerGroup;
   const int lane = threadIdx.x % kLanesPerGroup;
   const bool active = g < groups;
   const int64_t c0 = g * kGroupSize + lane * kChunk;
-  for (int64_t r = blockIdx.y; r < in.rows; r += 2 * int64_t{gridDim.y}) {
-    const int64_t r2 = r + gridDim.y;
-    const bool second = r2 < in.rows;  // uniform across the block: shuffles stay converged
-    typename Input<T>::Raw a = {}, b = {};
-    if (active) in.load_raw(r, c0, a);
-    if (active && second) in.load_raw(r2, c0, b);
-    quantize_group<T, F>(a, out, rule, g, r, lane, active, in.rows, padded_rows, scales);
-    if (second) quantize_group<T, F>(b, out, rule, g, r2, lane, active, in.rows, padded_rows, scales);
+  const int64_t step = gridDim.y;
+  for (int64_t r = blockIdx.y; r < in.rows; r += N * step) {
+    typename Input<T>::Raw raw[N] = {};
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (active && r + i * step < in.rows) in.load_raw(r + i * step, c0, raw[i]);
+#pragma unroll
+    for (int i = 0; i < N; ++i)  // the row test is uniform across the block: shuffles stay converged
+      if (r + i * step < in.rows)
+        quantize_group<T, F>(raw[i], out, rule, g, r + i * step, lane, active, in.rows, padded_rows, scales);
   }
 }
 
@@ -72,7 +76,7 @@ cudaError_t quantize_per_group(const ConstMatrix& x, const ScaleRule& rule, cons
     const Output out = make_output(q);
     dispatch(x, q.format, [&](auto in, auto fmt) {
       const int64_t x_blocks = ceil_div(groups, kGroupsPerBlock);
-      const dim3 grid(static_cast<unsigned>(x_blocks), row_pair_grid_y(x.rows, x_blocks));
+      const dim3 grid(static_cast<unsigned>(x_blocks), row_step_grid_y(x.rows, x_blocks, kGroupRowsPerStep));
       quantize_per_group_kernel<typename decltype(in)::Element, decltype(fmt)::value><<<grid, kThreads, 0, stream>>>(
               in, out, rule, groups, padded_rows, group_scales);
     });

@@ -1,8 +1,8 @@
 // Per-tensor recipes on the GPU: static (given scale), current (two passes, or
 // one for small tensors: quantize_per_tensor_small.cu) and delayed (one pass;
 // the last block to finish rolls the history), plus the plain FP8 cast.
-// Work is split into 16-element chunks; blocks walk rows along y, two rows a
-// step (two chunks' loads in flight per thread), and chunks along x, both
+// Work is split into 16-element chunks; blocks walk rows along y, a few rows a
+// step (all their loads in flight before any is used), and chunks along x, both
 // grid-stride over a grid of a few blocks per SM, so per-block set-up (the
 // scale, its reciprocal) is paid rarely and no 64-bit division is needed.
 #include <algorithm>
@@ -18,22 +18,29 @@ using namespace detail;
 
 constexpr int kThreads = 256;
 
+template <typename T>
 inline dim3 grid_blocks(int64_t rows, int64_t chunks_per_row) {
   const int64_t x = std::max<int64_t>(1, std::min<int64_t>(ceil_div(chunks_per_row, kThreads), 1024));
-  const unsigned y = row_pair_grid_y(rows, x);
-  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
+  return dim3(static_cast<unsigned>(x), row_step_grid_y(rows, x, kRowsPerStep<T>));
 }
 
-// Calls body(r, c, r2) for chunk column c of row r and, when r2 >= 0, of row
-// r2 too (the body loads both before working on either).
-template <typename Body>
-__device__ __forceinline__ void for_each_chunk_pair(int64_t rows, int64_t chunks_per_row, Body&& body) {
-  const int64_t row_step = 2 * int64_t{gridDim.y};
-  for (int64_t r = blockIdx.y; r < rows; r += row_step) {
-    const int64_t r2 = r + gridDim.y < rows ? r + gridDim.y : -1;
+// Calls body(r, c, step) for chunk column c of rows r + i * step (i < N, the
+// rows that exist); blocks stride over rows and chunks.
+template <int N, typename Body>
+__device__ __forceinline__ void for_each_chunk_step(int64_t rows, int64_t chunks_per_row, Body&& body) {
+  const int64_t step = gridDim.y;
+  for (int64_t r = blockIdx.y; r < rows; r += N * step)
     for (int64_t c = blockIdx.x * int64_t{kThreads} + threadIdx.x; c < chunks_per_row; c += int64_t{gridDim.x} * kThreads)
-      body(r, c, r2);
-  }
+      body(r, c, step);
+}
+
+// Loads chunk column c of the step's rows (all loads issued before any use).
+template <typename T, int N>
+__device__ __forceinline__ void load_step(const Input<T>& in, int64_t r, int64_t c, int64_t step,
+                                          typename Input<T>::Raw (&raw)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    if (r + i * step < in.rows) in.load_raw(r + i * step, c * kChunk, raw[i]);
 }
 
 // Delayed scaling's bookkeeping, run by one whole block: pushes `newest` to the
@@ -72,7 +79,7 @@ struct DelayedUpdate {  // present only for delayed scaling
 // also reduces the amax of what it reads into workspace[0]; the last block to
 // finish (counted in workspace[1]) then applies the delayed-scaling update.
 template <typename T, Fp8Format F, bool kScaleFromAmax, bool kReduceAmax>
-__global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> in, Output out, int64_t chunks_per_row,
+__global__ void __launch_bounds__(kThreads, 3) quantize_chunks_kernel(Input<T> in, Output out, int64_t chunks_per_row,
                                                                    const float* scale_or_amax, ScaleRule rule,
                                                                    float* scale_record, float* workspace,
                                                                    DelayedUpdate delayed) {
@@ -81,20 +88,28 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
   const float s = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
   const Scale scale(s);
-  float amax = 0.0f;
-  auto quantize_raw = [&](int64_t r, int64_t c0, const typename Input<T>::Raw& raw) {
-    float v[kChunk];
-    in.unpack(raw, v);
-    if (kReduceAmax) amax = fmaxf(amax, chunk_amax(v));
-    out.store(r, c0, quantize_chunk<F>(v, scale));
-  };
-  for_each_chunk_pair(out.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t r2) {
-    typename Input<T>::Raw a, b;
-    in.load_raw(r, c * kChunk, a);
-    if (r2 >= 0) in.load_raw(r2, c * kChunk, b);
-    quantize_raw(r, c * kChunk, a);
-    if (r2 >= 0) quantize_raw(r2, c * kChunk, b);
+  constexpr int N = kRowsPerStep<T>;
+  float amax = 0.0f;  // with infinities (NaNs skipped): a finite max is redone below only if needed
+  for_each_chunk_step<N>(out.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {
+    typename Input<T>::Raw raw[N];
+    load_step(in, r, c, step, raw);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      if (r + i * step >= out.rows) break;
+      float v[kChunk];
+      in.unpack(raw[i], v);
+      if (kReduceAmax) amax = fmaxf(amax, chunk_abs_max(v));
+      out.store(r + i * step, c * kChunk, quantize_chunk<F>(v, scale));
+    }
   });
+  if (kReduceAmax && amax == INFINITY) {  // rare: this thread saw an Inf; re-read for the finite max
+    amax = 0.0f;
+    for_each_chunk_step<1>(out.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t) {
+      float v[kChunk];
+      in.load(r, c * kChunk, v);
+      amax = fmaxf(amax, chunk_finite_max(v));
+    });
+  }
   if (!kReduceAmax) return;
   amax = block_max(amax, smem);
   if (threadIdx.x == 0) {
@@ -113,16 +128,16 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
 template <typename T>
 __global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out) {
   __shared__ float smem[32];
+  constexpr int N = kRowsPerStep<T>;
   float amax = 0.0f;
-  for_each_chunk_pair(in.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t r2) {
-    typename Input<T>::Raw a, b;
-    in.load_raw(r, c * kChunk, a);
-    if (r2 >= 0) in.load_raw(r2, c * kChunk, b);
-    float v[kChunk];
-    in.unpack(a, v);
-    amax = fmaxf(amax, chunk_amax(v));
-    if (r2 >= 0) {
-      in.unpack(b, v);
+  for_each_chunk_step<N>(in.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {
+    typename Input<T>::Raw raw[N];
+    load_step(in, r, c, step, raw);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      if (r + i * step >= in.rows) break;
+      float v[kChunk];
+      in.unpack(raw[i], v);
       amax = fmaxf(amax, chunk_amax(v));
     }
   });
@@ -145,10 +160,7 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(Input<T> in, Output out,
     }
     out.store(r, c0, q);
   };
-  for_each_chunk_pair(out.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t r2) {
-    cast_row(r, c * kChunk);
-    if (r2 >= 0) cast_row(r2, c * kChunk);
-  });
+  for_each_chunk_step<1>(out.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t) { cast_row(r, c * kChunk); });
 }
 
 int64_t write_chunks_per_row(const Fp8Matrix& q) { return ceil_div(q.padded_cols, kChunk); }
@@ -162,7 +174,7 @@ cudaError_t cast_to_fp8(const ConstMatrix& x, const Fp8Matrix& q, bool saturate,
   if (chunks * q.rows == 0) return cudaSuccess;
   const Output out = make_output(q);
   dispatch(x, q.format, [&](auto in, auto fmt) {
-    cast_kernel<FP8EXT_TYPES(in, fmt)><<<grid_blocks(q.rows, chunks), kThreads, 0, stream>>>(in, out, chunks, saturate);
+    cast_kernel<FP8EXT_TYPES(in, fmt)><<<grid_blocks<typename decltype(in)::Element>(q.rows, chunks), kThreads, 0, stream>>>(in, out, chunks, saturate);
   });
   return cudaGetLastError();
 }
@@ -173,7 +185,7 @@ cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const 
   if (chunks * q.rows == 0) return cudaSuccess;
   const Output out = make_output(q);
   dispatch(x, q.format, [&](auto in, auto fmt) {
-    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, false><<<grid_blocks(q.rows, chunks), kThreads, 0, stream>>>(
+    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, false><<<grid_blocks<typename decltype(in)::Element>(q.rows, chunks), kThreads, 0, stream>>>(
         in, out, chunks, scale, ScaleRule{}, nullptr, nullptr, DelayedUpdate{});
   });
   return cudaGetLastError();
@@ -190,9 +202,9 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
   dispatch(x, q.format, [&](auto in, auto fmt) {
     if (read_chunks * x.rows > 0)
       amax_kernel<typename decltype(in)::Element>
-          <<<grid_blocks(x.rows, read_chunks), kThreads, 0, stream>>>(in, read_chunks, amax_workspace);
+          <<<grid_blocks<typename decltype(in)::Element>(x.rows, read_chunks), kThreads, 0, stream>>>(in, read_chunks, amax_workspace);
     // Runs even for an empty tensor: block 0 writes the scale (1 for amax 0).
-    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false><<<grid_blocks(q.rows, chunks), kThreads, 0, stream>>>(
+    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false><<<grid_blocks<typename decltype(in)::Element>(q.rows, chunks), kThreads, 0, stream>>>(
         in, make_output(q), chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{});
   });
   return cudaGetLastError();
@@ -208,7 +220,7 @@ cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool u
   const DelayedUpdate update{amax_history, history_len, scale, use_history_max};
   dispatch(x, q.format, [&](auto in, auto fmt) {
     // An empty tensor still launches one block, which records amax 0.
-    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, true><<<grid_blocks(q.rows, chunks), kThreads, 0, stream>>>(
+    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, true><<<grid_blocks<typename decltype(in)::Element>(q.rows, chunks), kThreads, 0, stream>>>(
         in, make_output(q), chunks, scale, rule, scale_used, amax_workspace, update);
   });
   return cudaGetLastError();
