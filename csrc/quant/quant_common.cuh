@@ -273,10 +273,12 @@ inline int num_sms() {
   return sms;
 }
 
-// Rows a block takes per step in the row-striding kernels: 64 bytes of input
-// per thread in flight (four rows of 16-bit chunks, two of fp32).
+// Rows a block takes per step in the row-striding kernels. Measured on the H200
+// (bench/NOTES.md): the quantizing kernels are fastest at two (four cost ~6%:
+// registers), the read-only amax pass at four 16-bit rows (64 bytes in flight).
+constexpr int kQuantizeRowsPerStep = 2;
 template <typename T>
-constexpr int kRowsPerStep = sizeof(T) == 4 ? 2 : 4;
+constexpr int kAmaxRowsPerStep = sizeof(T) == 4 ? 2 : 4;
 
 // Grid height for those kernels: about 16 blocks per SM in all, with the row
 // groups spread evenly over them.

@@ -15,7 +15,6 @@ using namespace detail;
 constexpr int kThreads = 256;
 constexpr int kLanesPerGroup = static_cast<int>(kGroupSize) / kChunk;  // 8
 constexpr int kGroupsPerBlock = kThreads / kLanesPerGroup;             // 32
-constexpr int kGroupRowsPerStep = 2;  // four rows (as the per-tensor kernels) spill registers here
 
 // Finishes group g of row r from its loaded chunks: amax across the group's
 // lanes, the scale, the FP8 codes.
@@ -47,7 +46,7 @@ template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kThreads) quantize_per_group_kernel(Input<T> in, Output out, ScaleRule rule,
                                                                       int64_t groups, int64_t padded_rows,
                                                                       float* scales) {
-  constexpr int N = kGroupRowsPerStep;
+  constexpr int N = kQuantizeRowsPerStep;
   const int64_t g = blockIdx.x * int64_t{kGroupsPerBlock} + threadIdx.x / kLanesPerGroup;
   const int lane = threadIdx.x % kLanesPerGroup;
   const bool active = g < groups;
@@ -76,7 +75,7 @@ cudaError_t quantize_per_group(const ConstMatrix& x, const ScaleRule& rule, cons
     const Output out = make_output(q);
     dispatch(x, q.format, [&](auto in, auto fmt) {
       const int64_t x_blocks = ceil_div(groups, kGroupsPerBlock);
-      const dim3 grid(static_cast<unsigned>(x_blocks), row_step_grid_y(x.rows, x_blocks, kGroupRowsPerStep));
+      const dim3 grid(static_cast<unsigned>(x_blocks), row_step_grid_y(x.rows, x_blocks, kQuantizeRowsPerStep));
       quantize_per_group_kernel<typename decltype(in)::Element, decltype(fmt)::value><<<grid, kThreads, 0, stream>>>(
               in, out, rule, groups, padded_rows, group_scales);
     });

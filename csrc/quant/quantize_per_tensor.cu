@@ -18,10 +18,9 @@ using namespace detail;
 
 constexpr int kThreads = 256;
 
-template <typename T>
-inline dim3 grid_blocks(int64_t rows, int64_t chunks_per_row) {
+inline dim3 grid_blocks(int64_t rows, int64_t chunks_per_row, int rows_per_step) {
   const int64_t x = std::max<int64_t>(1, std::min<int64_t>(ceil_div(chunks_per_row, kThreads), 1024));
-  return dim3(static_cast<unsigned>(x), row_step_grid_y(rows, x, kRowsPerStep<T>));
+  return dim3(static_cast<unsigned>(x), row_step_grid_y(rows, x, rows_per_step));
 }
 
 // Calls body(r, c, step) for chunk column c of rows r + i * step (i < N, the
@@ -79,7 +78,7 @@ struct DelayedUpdate {  // present only for delayed scaling
 // also reduces the amax of what it reads into workspace[0]; the last block to
 // finish (counted in workspace[1]) then applies the delayed-scaling update.
 template <typename T, Fp8Format F, bool kScaleFromAmax, bool kReduceAmax>
-__global__ void __launch_bounds__(kThreads, 3) quantize_chunks_kernel(Input<T> in, Output out, int64_t chunks_per_row,
+__global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> in, Output out, int64_t chunks_per_row,
                                                                    const float* scale_or_amax, ScaleRule rule,
                                                                    float* scale_record, float* workspace,
                                                                    DelayedUpdate delayed) {
@@ -88,7 +87,7 @@ __global__ void __launch_bounds__(kThreads, 3) quantize_chunks_kernel(Input<T> i
   const float s = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
   const Scale scale(s);
-  constexpr int N = kRowsPerStep<T>;
+  constexpr int N = kQuantizeRowsPerStep;
   float amax = 0.0f;  // with infinities (NaNs skipped): a finite max is redone below only if needed
   for_each_chunk_step<N>(out.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {
     typename Input<T>::Raw raw[N];
@@ -128,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, 3) quantize_chunks_kernel(Input<T> i
 template <typename T>
 __global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out) {
   __shared__ float smem[32];
-  constexpr int N = kRowsPerStep<T>;
+  constexpr int N = kAmaxRowsPerStep<T>;
   float amax = 0.0f;
   for_each_chunk_step<N>(in.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {
     typename Input<T>::Raw raw[N];
@@ -174,7 +173,7 @@ cudaError_t cast_to_fp8(const ConstMatrix& x, const Fp8Matrix& q, bool saturate,
   if (chunks * q.rows == 0) return cudaSuccess;
   const Output out = make_output(q);
   dispatch(x, q.format, [&](auto in, auto fmt) {
-    cast_kernel<FP8EXT_TYPES(in, fmt)><<<grid_blocks<typename decltype(in)::Element>(q.rows, chunks), kThreads, 0, stream>>>(in, out, chunks, saturate);
+    cast_kernel<FP8EXT_TYPES(in, fmt)><<<grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), kThreads, 0, stream>>>(in, out, chunks, saturate);
   });
   return cudaGetLastError();
 }
@@ -185,7 +184,7 @@ cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const 
   if (chunks * q.rows == 0) return cudaSuccess;
   const Output out = make_output(q);
   dispatch(x, q.format, [&](auto in, auto fmt) {
-    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, false><<<grid_blocks<typename decltype(in)::Element>(q.rows, chunks), kThreads, 0, stream>>>(
+    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, false><<<grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), kThreads, 0, stream>>>(
         in, out, chunks, scale, ScaleRule{}, nullptr, nullptr, DelayedUpdate{});
   });
   return cudaGetLastError();
@@ -202,9 +201,9 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
   dispatch(x, q.format, [&](auto in, auto fmt) {
     if (read_chunks * x.rows > 0)
       amax_kernel<typename decltype(in)::Element>
-          <<<grid_blocks<typename decltype(in)::Element>(x.rows, read_chunks), kThreads, 0, stream>>>(in, read_chunks, amax_workspace);
+          <<<grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<typename decltype(in)::Element>), kThreads, 0, stream>>>(in, read_chunks, amax_workspace);
     // Runs even for an empty tensor: block 0 writes the scale (1 for amax 0).
-    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false><<<grid_blocks<typename decltype(in)::Element>(q.rows, chunks), kThreads, 0, stream>>>(
+    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false><<<grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), kThreads, 0, stream>>>(
         in, make_output(q), chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{});
   });
   return cudaGetLastError();
@@ -220,7 +219,7 @@ cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool u
   const DelayedUpdate update{amax_history, history_len, scale, use_history_max};
   dispatch(x, q.format, [&](auto in, auto fmt) {
     // An empty tensor still launches one block, which records amax 0.
-    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, true><<<grid_blocks<typename decltype(in)::Element>(q.rows, chunks), kThreads, 0, stream>>>(
+    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, true><<<grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), kThreads, 0, stream>>>(
         in, make_output(q), chunks, scale, rule, scale_used, amax_workspace, update);
   });
   return cudaGetLastError();
