@@ -10,32 +10,14 @@
 
 #include "fp8ext/quantize.h"
 #include "fp8ext/quantize_cuda.h"
+#include "cuda_test_util.h"
 #include "harness.h"
 
 using namespace fp8ext;
+using test::DeviceBuffer;
+using test::require_gpu;
 
 namespace {
-
-void require_gpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) test::skip("no CUDA device");
-}
-
-#define CUDA_OK(expr) EXPECT_EQ_CTX(int(expr), int(cudaSuccess), #expr)
-
-template <typename T>
-struct DeviceBuffer {
-  T* ptr = nullptr;
-  size_t n;
-  explicit DeviceBuffer(size_t count) : n(count) { cudaMalloc(&ptr, std::max<size_t>(1, n) * sizeof(T)); }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  void upload(const std::vector<T>& v) { cudaMemcpy(ptr, v.data(), n * sizeof(T), cudaMemcpyHostToDevice); }
-  std::vector<T> download() const {
-    std::vector<T> v(n);
-    cudaMemcpy(v.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost);
-    return v;
-  }
-};
 
 std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);

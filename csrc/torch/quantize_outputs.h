@@ -4,7 +4,6 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
 
 #include "fp8ext/types.h"
 
@@ -24,7 +23,8 @@ inline at::Tensor new_row_scales(const at::Tensor& x) {
 }
 
 // Logical [rows, ceil(cols/128)], M-major: stride (1, round_up(rows, 4)).
-// The storage holds the padded rows too (zeros) so a TMA box never reads past it.
+// The storage holds the padded rows too (every backend writes them as zeros) so a
+// TMA box never reads past it.
 inline at::Tensor new_group_scales(const at::Tensor& x) {
   const int64_t rows = x.size(0);
   const int64_t groups = ceil_div(x.size(1), kGroupSize);

@@ -38,6 +38,10 @@ TORCH_LIBRARY(fp8ext, m) {
   m.def(
       "quantize_per_block(Tensor x, ScalarType dtype, int margin, bool power_of_two, "
       "int pad_k_to) -> (Tensor, Tensor)");
+  // D = (scale_a * scale_b) * (a @ b^T) + bias; config 0 = choose by shape (GemmConfig).
+  m.def(
+      "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, ScalarType out_dtype, "
+      "int config) -> Tensor");
 }
 
 extern "C" PyObject* PyInit__C(void) {

@@ -1,13 +1,15 @@
 """fp8ext: FP8 inference on NVIDIA Hopper.
 
 Formats (:mod:`fp8ext.formats`), scaling recipes (:mod:`fp8ext.recipes`),
-device-side scaling state (:class:`ScalingState`) and the quantize API.
+device-side scaling state (:class:`ScalingState`), the quantize API and the
+FP8 GEMM (:func:`scaled_mm`).
 Native ops are registered under ``torch.ops.fp8ext``.
 """
 from fp8ext import _native  # noqa: F401  (loads the ops first)
 from fp8ext import ops  # noqa: F401  (fake and fallback implementations)
 from fp8ext import formats, recipes
 from fp8ext.formats import E4M3, E5M2, FP8Format
+from fp8ext.gemm import scaled_mm
 from fp8ext.quantize import dequantize, quantize
 from fp8ext.recipes import BlockWise, CurrentScaling, DelayedScaling, PerTensorStatic, Recipe, RowWise
 from fp8ext.scaling_state import ScalingState
@@ -16,7 +18,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "E4M3", "E5M2", "FP8Format", "formats", "recipes", "Recipe", "CurrentScaling", "DelayedScaling",
-    "PerTensorStatic", "RowWise", "BlockWise", "ScalingState", "quantize", "dequantize", "info",
+    "PerTensorStatic", "RowWise", "BlockWise", "ScalingState", "quantize", "dequantize", "scaled_mm", "info",
 ]
 
 

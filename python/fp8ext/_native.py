@@ -16,6 +16,10 @@ except ImportError as e:  # pragma: no cover - only without a build
 
 INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
+# Whether this build has the sm_90a CUTLASS GEMMs (asked before ops/cuda_fallback
+# fills the CUDA key of ops without kernels with the reference).
+GEMM_KERNELS_BUILT = torch._C._dispatch_has_kernel_for_dispatch_key("fp8ext::scaled_mm", "CUDA")
+
 
 @functools.lru_cache(maxsize=None)
 def cuda_archs() -> tuple:
@@ -35,6 +39,12 @@ def native_kernels_run_on(device_index: int) -> bool:
         return False
     major, minor = torch.cuda.get_device_capability(device_index)
     return any(a.rstrip("af") == f"{major}{minor}" for a in cuda_archs())
+
+
+@functools.lru_cache(maxsize=None)
+def gemm_kernels_run_on(device_index: int) -> bool:
+    """True when the CUTLASS GEMMs are built and the GPU is sm_90 (H100/H200)."""
+    return GEMM_KERNELS_BUILT and torch.cuda.get_device_capability(device_index) == (9, 0)
 
 
 _warned = set()

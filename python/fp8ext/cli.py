@@ -19,11 +19,13 @@ def collect_info() -> dict:
         idx = torch.cuda.current_device()
         major, minor = torch.cuda.get_device_capability(idx)
         gpu = {"name": torch.cuda.get_device_name(idx), "capability": f"sm_{major}{minor}",
-               "native_kernels": _native.native_kernels_run_on(idx)}
+               "native_kernels": _native.native_kernels_run_on(idx),
+               "gemm_kernels": _native.gemm_kernels_run_on(idx)}
     return {
         "fp8ext": fp8ext.__version__,
         "torch": torch.__version__,
         "cuda_kernels_built_for": list(_native.cuda_archs()) or None,
+        "gemm_kernels_built": _native.GEMM_KERNELS_BUILT,
         "gpu": gpu,
         "formats": {f.name: {"torch_dtype": str(f.torch_dtype), "max": f.max, "min_normal": f.min_normal,
                              "min_subnormal": f.min_subnormal, "unit_roundoff": f.unit_roundoff,
@@ -39,9 +41,11 @@ def _print_info(info: dict) -> None:
     print(f"fp8ext {info['fp8ext']} (torch {info['torch']})")
     built = info["cuda_kernels_built_for"]
     print(f"  CUDA kernels: {'built for ' + ', '.join(built) if built else 'not built (CPU-only build)'}")
+    print(f"  FP8 GEMMs (CUTLASS sm_90a): {'built' if info['gemm_kernels_built'] else 'not built'}")
     gpu = info["gpu"]
     if gpu:
         path = "native kernels" if gpu["native_kernels"] else "PyTorch reference fallback"
+        path += ", CUTLASS GEMMs" if gpu["gemm_kernels"] else ", reference GEMM"
         print(f"  GPU: {gpu['name']} ({gpu['capability']}): {path}")
     else:
         print("  GPU: none (ops run through the CPU reference implementations)")

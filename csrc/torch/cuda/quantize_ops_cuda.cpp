@@ -108,13 +108,6 @@ QuantOut quantize_scaled_cuda(const at::Tensor& x, at::ScalarType dtype, int64_t
   return {q, s};
 }
 
-at::Tensor new_group_scales_uninit(const at::Tensor& x) {
-  // The kernel writes every entry, padding rows included.
-  const int64_t rows = x.size(0), groups = ceil_div(x.size(1), kGroupSize);
-  const int64_t padded_rows = round_up(rows, kGroupScaleRowAlign);
-  return at::empty({groups, padded_rows}, x.options().dtype(at::kFloat)).as_strided({rows, groups}, {1, padded_rows});
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) {
@@ -123,7 +116,7 @@ TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) {
   m.impl("quantize_per_tensor", &quantize_per_tensor_cuda);
   m.impl("quantize_delayed", &quantize_delayed_cuda);
   m.impl("quantize_per_row", &quantize_scaled_cuda<new_row_scales, cuda::quantize_per_row>);
-  m.impl("quantize_per_group", &quantize_scaled_cuda<new_group_scales_uninit, cuda::quantize_per_group>);
+  m.impl("quantize_per_group", &quantize_scaled_cuda<new_group_scales, cuda::quantize_per_group>);
   m.impl("quantize_per_block", &quantize_scaled_cuda<new_block_scales, cuda::quantize_per_block>);
 }
 

@@ -9,17 +9,20 @@ from __future__ import annotations
 import torch
 
 from fp8ext import _native
-from fp8ext.ops import reference
+from fp8ext.ops import gemm_reference, reference
 
-_OPS = ("cast_to_fp8", "quantize_with_scale", "quantize_per_tensor", "quantize_delayed",
-        "quantize_per_row", "quantize_per_group", "quantize_per_block")
+# op name -> (reference implementation, what the warning calls it)
+_OPS = {name: (getattr(reference, name), "quantization")
+        for name in ("cast_to_fp8", "quantize_with_scale", "quantize_per_tensor", "quantize_delayed",
+                     "quantize_per_row", "quantize_per_group", "quantize_per_block")}
+_OPS["scaled_mm"] = (gemm_reference.scaled_mm, "scaled_mm")
 
 
 def _register(name: str) -> None:
-    ref = getattr(reference, name)
+    ref, what = _OPS[name]
 
     def cuda_impl(x, *args):
-        _native.warn_reference_fallback("quantization", x.device)
+        _native.warn_reference_fallback(what, x.device)
         return ref(x, *args)
 
     torch.library.impl(f"fp8ext::{name}", "CUDA")(cuda_impl)

@@ -58,3 +58,8 @@ def _quantize_per_group(x, dtype, margin, power_of_two, pad_k_to):
 def _quantize_per_block(x, dtype, margin, power_of_two, pad_k_to):
     m, k = x.shape
     return _q(x, dtype, pad_k_to), _f32(x, (-(-m // GROUP), -(-k // GROUP)))
+
+
+@torch.library.register_fake("fp8ext::scaled_mm")
+def _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, config):
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)

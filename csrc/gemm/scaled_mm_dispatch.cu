@@ -1,0 +1,131 @@
+// Chooses and runs a scaled_mm kernel: checks what the kernels need, picks a
+// tile configuration by M, and maps the runtime formats/dtype to one of the
+// instantiated kernels (scaled_mm_*.cu).
+//
+// Configuration by M for E4M3 x E4M3 (first guesses from the tile shapes, to be
+// replaced by a table of H200 measurements):
+//
+//   M <= 16      kSwapSmall   swap-AB, 64 x 16 tiles: N fills the MMA's 64 rows
+//   M <= 64      kSwapMedium  swap-AB, 64 x 64 tiles
+//   M <= 128     kMedium      64 x 128 tiles, ping-pong
+//   M  > 128     kLarge       128 x 128 tiles, 2x1 cluster, cooperative
+//
+// fp32 output has kLarge and kSwapMedium only; E5M2 operands (fp32 output) kLarge only.
+#include <cstdint>
+
+#include "fp8ext/scaled_mm.h"
+#include "scaled_mm_kernels.h"
+
+namespace fp8ext::cuda {
+namespace {
+
+using gemm::Kernel;
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+int64_t element_bytes(DType d) { return d == DType::kFloat32 ? 4 : 2; }
+
+// The configurations instantiated for each type combination (see the header).
+bool has_config(const ScaledMmProblem& p, GemmConfig c) {
+  const bool e4m3 = p.a_format == Fp8Format::kE4M3 && p.b_format == Fp8Format::kE4M3;
+  if (e4m3 && p.d_dtype != DType::kFloat32) return c != GemmConfig::kAuto;
+  if (e4m3) return c == GemmConfig::kLarge || c == GemmConfig::kSwapMedium;
+  return p.d_dtype == DType::kFloat32 && c == GemmConfig::kLarge &&
+         (p.a_format == Fp8Format::kE4M3 || p.b_format == Fp8Format::kE5M2);
+}
+
+// Calls fn(Kernel<...>) for the problem's types and config; false if not instantiated.
+template <typename Fn>
+bool with_kernel(const ScaledMmProblem& p, GemmConfig c, Fn&& fn) {
+  if (!has_config(p, c)) return false;
+  constexpr auto E4 = Fp8Format::kE4M3;
+  constexpr auto E5 = Fp8Format::kE5M2;
+  if (p.a_format == E4 && p.b_format == E4) {
+    auto by_config = [&](auto d) {
+      constexpr DType D = decltype(d)::value;
+      switch (c) {
+        case GemmConfig::kLarge: fn(Kernel<E4, E4, D, GemmConfig::kLarge>{}); return;
+        case GemmConfig::kSwapMedium: fn(Kernel<E4, E4, D, GemmConfig::kSwapMedium>{}); return;
+        default: break;
+      }
+      if constexpr (D != DType::kFloat32) {
+        if (c == GemmConfig::kMedium) fn(Kernel<E4, E4, D, GemmConfig::kMedium>{});
+        if (c == GemmConfig::kSwapSmall) fn(Kernel<E4, E4, D, GemmConfig::kSwapSmall>{});
+      }
+    };
+    switch (p.d_dtype) {
+      case DType::kBFloat16: by_config(std::integral_constant<DType, DType::kBFloat16>{}); break;
+      case DType::kFloat16: by_config(std::integral_constant<DType, DType::kFloat16>{}); break;
+      case DType::kFloat32: by_config(std::integral_constant<DType, DType::kFloat32>{}); break;
+    }
+  } else if (p.a_format == E4) {
+    fn(Kernel<E4, E5, DType::kFloat32, GemmConfig::kLarge>{});
+  } else {
+    fn(Kernel<E5, E5, DType::kFloat32, GemmConfig::kLarge>{});
+  }
+  return true;
+}
+
+}  // namespace
+
+const char* gemm_config_name(GemmConfig config) {
+  switch (config) {
+    case GemmConfig::kAuto: return "auto";
+    case GemmConfig::kLarge: return "large_128x128_coop";
+    case GemmConfig::kMedium: return "medium_64x128_pingpong";
+    case GemmConfig::kSwapSmall: return "swap_ab_64x16";
+    case GemmConfig::kSwapMedium: return "swap_ab_64x64";
+  }
+  return "unknown";
+}
+
+const char* scaled_mm_unsupported_reason(const ScaledMmProblem& p) {
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0) return "M, N and K must be positive";
+  if (p.m > INT32_MAX || p.n > INT32_MAX || p.k > INT32_MAX) return "M, N and K must fit in 32 bits";
+  if (p.k % 16 != 0) return "K must be a multiple of 16 (pad it with zeros)";
+  if (p.lda < p.k || p.ldb < p.k || p.lda % 16 != 0 || p.ldb % 16 != 0)
+    return "the row strides of A and B must be multiples of 16 and at least K";
+  if (p.ldd < p.n || (p.ldd * element_bytes(p.d_dtype)) % 16 != 0)
+    return "the row stride of D must be at least N and a multiple of 16 bytes";
+  if (!aligned16(p.a) || !aligned16(p.b) || !aligned16(p.d) || (p.bias && !aligned16(p.bias)))
+    return "A, B, D and the bias must start 16-byte aligned";
+  if (!p.scale_a || !p.scale_b) return "both scales are required";
+  if (p.a_format == Fp8Format::kE5M2 && p.b_format == Fp8Format::kE4M3)
+    return "E5M2 x E4M3 is not instantiated (swap the operands: D^T = B A^T)";
+  if (p.a_format != Fp8Format::kE4M3 || p.b_format != Fp8Format::kE4M3) {
+    if (p.d_dtype != DType::kFloat32) return "E5M2 operands are instantiated with fp32 output only";
+  }
+  return nullptr;
+}
+
+GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p) {
+  GemmConfig c = GemmConfig::kLarge;
+  if (p.m <= 16) c = GemmConfig::kSwapSmall;
+  else if (p.m <= 64) c = GemmConfig::kSwapMedium;
+  else if (p.m <= 128) c = GemmConfig::kMedium;
+  if (!has_config(p, c)) c = p.m <= 64 && has_config(p, GemmConfig::kSwapMedium) ? GemmConfig::kSwapMedium
+                                                                                 : GemmConfig::kLarge;
+  return c;
+}
+
+size_t scaled_mm_workspace_bytes(const ScaledMmProblem& p, GemmConfig config) {
+  if (config == GemmConfig::kAuto) config = scaled_mm_auto_config(p);
+  size_t bytes = 0;
+  with_kernel(p, config, [&](auto kernel) { bytes = decltype(kernel)::workspace_bytes(p); });
+  return bytes;
+}
+
+cudaError_t scaled_mm(const ScaledMmProblem& p, GemmConfig config, void* workspace, size_t workspace_bytes,
+                      cudaStream_t stream) {
+  if (scaled_mm_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
+  if (config == GemmConfig::kAuto) config = scaled_mm_auto_config(p);
+  cudaError_t err = cudaErrorInvalidValue;
+  const bool found = with_kernel(p, config, [&](auto kernel) {
+    using K = decltype(kernel);
+    if (K::workspace_bytes(p) > workspace_bytes) return;  // err stays InvalidValue
+    err = K::run(p, workspace, stream);
+  });
+  return found ? err : cudaErrorInvalidValue;
+}
+
+}  // namespace fp8ext::cuda

@@ -1,0 +1,9 @@
+// Instantiations: E4M3 x E4M3 -> BFloat16 (see scaled_mm_dispatch.cu for when each runs).
+#include "sm90_scaled_mm.cuh"
+
+namespace fp8ext::cuda::gemm {
+template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, GemmConfig::kLarge>;
+template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, GemmConfig::kMedium>;
+template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, GemmConfig::kSwapSmall>;
+template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, GemmConfig::kSwapMedium>;
+}  // namespace fp8ext::cuda::gemm

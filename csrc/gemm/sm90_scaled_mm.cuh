@@ -1,0 +1,195 @@
+// The CUTLASS 3.x sm_90a kernel behind every scaled_mm configuration: a
+// warp-specialized TMA + wgmma mainloop and an epilogue visitor tree computing
+//
+//   D = (row_scale * col_scale) * acc + bias
+//
+// where row_scale / col_scale are CUTLASS's dynamic broadcasts (a vector or a
+// single value, chosen at run time from the stride flag), so per-tensor and
+// row-wise scaling share one kernel. With swap-AB the kernel computes
+// D^T = B A^T (the small M becomes the MMA's N) and stores D^T column-major,
+// which is D row-major; the scales and the bias trade axes accordingly.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include <cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/kernel_hardware_info.h>
+
+#include "scaled_mm_kernels.h"
+
+namespace fp8ext::cuda::gemm {
+namespace detail {
+
+using namespace cute;
+
+// Tile shape (M, N, K of the kernel's own problem), cluster shape, mainloop and
+// epilogue schedules, and whether the problem is swapped.
+template <class Tile_, class Cluster_, class Mainloop_, class Epilogue_, bool kSwap_>
+struct TileConfig {
+  using Tile = Tile_;
+  using Cluster = Cluster_;
+  using MainloopSchedule = Mainloop_;
+  using EpilogueSchedule = Epilogue_;
+  static constexpr bool kSwap = kSwap_;
+};
+
+template <GemmConfig C>
+struct ConfigOf;
+template <>
+struct ConfigOf<GemmConfig::kLarge>
+    : TileConfig<Shape<_128, _128, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                 cutlass::epilogue::TmaWarpSpecializedCooperative, false> {};
+template <>
+struct ConfigOf<GemmConfig::kMedium>
+    : TileConfig<Shape<_64, _128, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                 cutlass::epilogue::TmaWarpSpecialized, false> {};
+template <>
+struct ConfigOf<GemmConfig::kSwapSmall>
+    : TileConfig<Shape<_64, _16, _256>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                 cutlass::epilogue::TmaWarpSpecialized, true> {};
+template <>
+struct ConfigOf<GemmConfig::kSwapMedium>
+    : TileConfig<Shape<_64, _64, _256>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                 cutlass::epilogue::TmaWarpSpecialized, true> {};
+
+template <Fp8Format F>
+using Fp8Element = conditional_t<F == Fp8Format::kE4M3, cutlass::float_e4m3_t, cutlass::float_e5m2_t>;
+
+template <DType D>
+using OutElement = conditional_t<D == DType::kBFloat16, cutlass::bfloat16_t,
+                                 conditional_t<D == DType::kFloat16, cutlass::half_t, float>>;
+
+template <class ElementA, class ElementB, class ElementD, class Cfg>
+struct Sm90ScaledMm {
+  static constexpr bool kSwap = Cfg::kSwap;
+  using Tile = typename Cfg::Tile;
+  // The kernel's own operands: swapped, B (the weight) is its A.
+  using KernelA = conditional_t<kSwap, ElementB, ElementA>;
+  using KernelB = conditional_t<kSwap, ElementA, ElementB>;
+  using LayoutA = cutlass::layout::RowMajor;     // [M', K], K contiguous
+  using LayoutB = cutlass::layout::ColumnMajor;  // [K, N'] with K contiguous: [N', K] row-major
+  using LayoutD = conditional_t<kSwap, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  static constexpr int kAlignAB = 16;  // FP8 elements in 16 bytes (TMA)
+  static constexpr int kAlignD = 16 / static_cast<int>(sizeof(ElementD));
+  static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+  // One scale per row / per column of the kernel's D, or one value (bool stride).
+  using RowScale = cutlass::epilogue::fusion::Sm90ColBroadcast<0, Tile, float, float, Stride<bool, _0, int64_t>>;
+  using ColScale = cutlass::epilogue::fusion::Sm90RowBroadcast<0, Tile, float, float, Stride<_0, bool, int64_t>>;
+  // The bias runs along N: the kernel's columns, or its rows when swapped. A
+  // null pointer reads as zeros.
+  using Bias = conditional_t<kSwap,
+                             cutlass::epilogue::fusion::Sm90ColBroadcast<0, Tile, ElementD, float, Stride<_1, _0, int64_t>>,
+                             cutlass::epilogue::fusion::Sm90RowBroadcast<0, Tile, ElementD, float, Stride<_0, _1, int64_t>>>;
+  // The scale product is formed first, so swapped and plain kernels round alike.
+  using ScaleProduct = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, RowScale, ColScale>;
+  using Fusion = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>,
+      ScaleProduct, cutlass::epilogue::fusion::Sm90AccFetch, Bias>;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, typename Cfg::Cluster,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignD, ElementD, LayoutD,
+      kAlignD, typename Cfg::EpilogueSchedule, Fusion>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, KernelA, LayoutA, kAlignAB, KernelB, LayoutB, kAlignAB,
+      float, Tile, typename Cfg::Cluster,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Cfg::MainloopSchedule>::CollectiveOp;
+
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
+                                                          CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+  static typename Gemm::Arguments arguments(const ScaledMmProblem& p) {
+    using StrideA = typename GemmKernel::StrideA;
+    using StrideB = typename GemmKernel::StrideB;
+    using StrideD = typename GemmKernel::StrideD;
+    const int m = static_cast<int>(kSwap ? p.n : p.m);
+    const int n = static_cast<int>(kSwap ? p.m : p.n);
+    const int k = static_cast<int>(p.k);
+    const auto* a = static_cast<const KernelA*>(kSwap ? p.b : p.a);
+    const auto* b = static_cast<const KernelB*>(kSwap ? p.a : p.b);
+    StrideA stride_a{kSwap ? p.ldb : p.lda, Int<1>{}, int64_t{0}};
+    StrideB stride_b{kSwap ? p.lda : p.ldb, Int<1>{}, int64_t{0}};
+    // D row-major [M, N] is the swapped kernel's D^T column-major [N, M].
+    StrideD stride_d{};
+    if constexpr (kSwap) {
+      stride_d = StrideD{Int<1>{}, p.ldd, int64_t{0}};
+    } else {
+      stride_d = StrideD{p.ldd, Int<1>{}, int64_t{0}};
+    }
+    const float* row_scale = kSwap ? p.scale_b : p.scale_a;
+    const bool row_vector = kSwap ? p.scale_b_per_row : p.scale_a_per_row;
+    const float* col_scale = kSwap ? p.scale_a : p.scale_b;
+    const bool col_vector = kSwap ? p.scale_a_per_row : p.scale_b_per_row;
+    const auto* bias = static_cast<const ElementD*>(p.bias);
+
+    typename RowScale::Arguments row_args{row_scale, 1.0f, {row_vector, _0{}, int64_t{0}}};
+    typename ColScale::Arguments col_args{col_scale, 1.0f, {_0{}, col_vector, int64_t{0}}};
+    typename Bias::Arguments bias_args{bias, ElementD(0), {}};
+    typename Fusion::Arguments fusion{{row_args, col_args, {}}, {}, bias_args, {}};
+
+    cutlass::KernelHardwareInfo hw;
+    cudaGetDevice(&hw.device_id);
+    hw.sm_count = sm_count(hw.device_id);
+    return typename Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGemm,
+                                    {m, n, k, 1},
+                                    {a, stride_a, b, stride_b},
+                                    {fusion, nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d},
+                                    hw};
+  }
+
+  static int sm_count(int device) {
+    static int cached_device = -1, cached = 0;  // one GPU per process in practice; re-queried on a change
+    if (device != cached_device) {
+      cached = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
+      cached_device = device;
+    }
+    return cached;
+  }
+};
+
+// A CUTLASS status as a CUDA error, keeping the CUDA error where there is one.
+inline cudaError_t to_cuda_error(cutlass::Status status) {
+  if (status == cutlass::Status::kSuccess) return cudaGetLastError();
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  return status == cutlass::Status::kErrorInvalidProblem || status == cutlass::Status::kErrorMisalignedOperand ||
+                 status == cutlass::Status::kErrorNotSupported
+             ? cudaErrorInvalidValue
+             : cudaErrorLaunchFailure;
+}
+
+template <Fp8Format A, Fp8Format B, DType D, GemmConfig C>
+using Impl = Sm90ScaledMm<Fp8Element<A>, Fp8Element<B>, OutElement<D>, ConfigOf<C>>;
+
+}  // namespace detail
+
+template <Fp8Format A, Fp8Format B, DType D, GemmConfig C>
+size_t Kernel<A, B, D, C>::workspace_bytes(const ScaledMmProblem& p) {
+  using Impl = detail::Impl<A, B, D, C>;
+  return Impl::Gemm::get_workspace_size(Impl::arguments(p));
+}
+
+template <Fp8Format A, Fp8Format B, DType D, GemmConfig C>
+cudaError_t Kernel<A, B, D, C>::run(const ScaledMmProblem& p, void* workspace, cudaStream_t stream) {
+  using Impl = detail::Impl<A, B, D, C>;
+  typename Impl::Gemm gemm;
+  const auto args = Impl::arguments(p);
+  cutlass::Status status = gemm.can_implement(args);
+  if (status != cutlass::Status::kSuccess) return detail::to_cuda_error(status);
+  status = gemm.initialize(args, workspace, stream);
+  if (status != cutlass::Status::kSuccess) return detail::to_cuda_error(status);
+  return detail::to_cuda_error(gemm.run(stream));
+}
+
+}  // namespace fp8ext::cuda::gemm

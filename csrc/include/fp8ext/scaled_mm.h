@@ -1,0 +1,67 @@
+// The FP8 GEMM with per-tensor or row-wise scales (torch-free):
+//
+//   D[m, n] = (scale_a[m] * scale_b[n]) * sum_k A[m, k] * B[n, k] + bias[n]
+//
+// A [M, K] and B [N, K] are FP8, row-major (B is the weight, K-major); each scale
+// is either one fp32 value or a vector (A: one per row, B: one per row of B,
+// i.e. per output column), all in device memory. D is bf16, fp16 or fp32,
+// row-major with row stride ldd; bias (optional) has D's dtype.
+//
+// Alignment the kernels need (the torch op pads anything else): K, lda and ldb
+// multiples of 16; ldd * sizeof(D) a multiple of 16; every pointer 16-byte
+// aligned. M and N are free.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "fp8ext/types.h"
+
+namespace fp8ext::cuda {
+
+struct ScaledMmProblem {
+  const void* a;
+  Fp8Format a_format;
+  int64_t lda;
+  const void* b;
+  Fp8Format b_format;
+  int64_t ldb;
+  int64_t m, n, k;
+  const float* scale_a;
+  bool scale_a_per_row;  // else one value
+  const float* scale_b;
+  bool scale_b_per_row;  // one per row of B (= per column of D), else one value
+  const void* bias;      // [n] in d_dtype, or nullptr
+  void* d;
+  DType d_dtype;
+  int64_t ldd;
+};
+
+// The tile configurations (chosen by M; see the table in scaled_mm_dispatch.cu).
+enum class GemmConfig : int {
+  kAuto = 0,       // choose by shape
+  kLarge = 1,      // 128x128x128 tile, 2x1 cluster, cooperative
+  kMedium = 2,     // 64x128x128 tile, ping-pong
+  kSwapSmall = 3,  // swap-AB (D^T = B A^T): 64 columns of N x 16 rows of M per tile
+  kSwapMedium = 4, // swap-AB: 64 x 64
+};
+
+const char* gemm_config_name(GemmConfig config);
+
+// Why a problem cannot run as given (nullptr if it can): alignment, formats.
+const char* scaled_mm_unsupported_reason(const ScaledMmProblem& p);
+
+// The configuration kAuto resolves to for this problem.
+GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p);
+
+// Device workspace the call needs (bytes; may be 0).
+size_t scaled_mm_workspace_bytes(const ScaledMmProblem& p, GemmConfig config);
+
+// Runs on `stream` without synchronising; cudaErrorInvalidValue for an
+// unsupported problem (see scaled_mm_unsupported_reason).
+cudaError_t scaled_mm(const ScaledMmProblem& p, GemmConfig config, void* workspace, size_t workspace_bytes,
+                      cudaStream_t stream);
+
+}  // namespace fp8ext::cuda

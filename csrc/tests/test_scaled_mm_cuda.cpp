@@ -1,0 +1,214 @@
+// The CUTLASS scaled_mm kernels against a float64 reference of the dequantized
+// operands, for every configuration, scale kind, bias and output dtype the
+// kernels are instantiated for; plus refusals of what they cannot run.
+// Skips (exit 77) where there is no GPU.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "fp8ext/fp8_format.h"
+#include "fp8ext/scaled_mm.h"
+#include "harness.h"
+
+using namespace fp8ext;
+using cuda::GemmConfig;
+using test::DeviceBuffer;
+
+namespace {
+
+struct Operands {
+  int64_t m, n, k;
+  std::vector<uint8_t> a, b;      // FP8 codes, row-major [m, k] and [n, k]
+  std::vector<float> sa, sb;      // [m] or [1], [n] or [1]
+  std::vector<float> bias;        // [n] (as floats; uploaded in D's dtype)
+};
+
+std::vector<uint8_t> random_codes(int64_t count, Fp8Format f, std::mt19937& rng) {
+  std::normal_distribution<float> nd;
+  std::vector<uint8_t> v(count);
+  for (auto& c : v) c = encode_fp8_saturate(nd(rng) * 4.0f, f);
+  return v;
+}
+
+Operands make_operands(int64_t m, int64_t n, int64_t k, Fp8Format fa, Fp8Format fb, bool a_rows, bool b_rows,
+                       uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> scale(0.01f, 0.1f), bias(-2.0f, 2.0f);
+  Operands o{m, n, k, random_codes(m * k, fa, rng), random_codes(n * k, fb, rng), {}, {}, {}};
+  o.sa.resize(a_rows ? m : 1);
+  o.sb.resize(b_rows ? n : 1);
+  o.bias.resize(n);
+  for (auto& s : o.sa) s = scale(rng);
+  for (auto& s : o.sb) s = scale(rng);
+  for (auto& b : o.bias) b = bias(rng);
+  return o;
+}
+
+// Values as the output dtype would hold them (the reference's bias is rounded the same way).
+float round_to(DType d, float x) {
+  if (d == DType::kFloat32) return x;
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if (d == DType::kBFloat16) {
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;  // RNE to bf16 (finite inputs)
+    std::memcpy(&x, &u, 4);
+    return x;
+  }
+  return static_cast<float>(static_cast<double>(x));  // fp16 is not tested here (pytest covers it)
+}
+
+std::vector<uint8_t> encode_out(DType d, const std::vector<float>& v) {
+  const size_t bytes = d == DType::kFloat32 ? 4 : 2;
+  std::vector<uint8_t> out(v.size() * bytes);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const float x = round_to(d, v[i]);
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    if (bytes == 4) std::memcpy(&out[i * 4], &u, 4);
+    else {
+      const uint16_t h = static_cast<uint16_t>(u >> 16);
+      std::memcpy(&out[i * 2], &h, 2);
+    }
+  }
+  return out;
+}
+
+std::vector<double> decode_out(DType d, const std::vector<uint8_t>& raw, int64_t count) {
+  std::vector<double> v(count);
+  for (int64_t i = 0; i < count; ++i) {
+    uint32_t u = 0;
+    if (d == DType::kFloat32) std::memcpy(&u, &raw[i * 4], 4);
+    else {
+      uint16_t h;
+      std::memcpy(&h, &raw[i * 2], 2);
+      u = uint32_t{h} << 16;
+    }
+    float x;
+    std::memcpy(&x, &u, 4);
+    v[i] = x;
+  }
+  return v;
+}
+
+// Runs one problem and returns ||D - ref|| / ||ref|| (Frobenius), ref in float64.
+double run_and_compare(const Operands& o, Fp8Format fa, Fp8Format fb, DType d, bool with_bias, GemmConfig config) {
+  const size_t out_bytes = d == DType::kFloat32 ? 4 : 2;
+  DeviceBuffer<uint8_t> da(o.a.size()), db(o.b.size()), dd(o.m * o.n * out_bytes), dbias(o.n * out_bytes);
+  DeviceBuffer<float> dsa(o.sa.size()), dsb(o.sb.size());
+  da.upload(o.a);
+  db.upload(o.b);
+  dsa.upload(o.sa);
+  dsb.upload(o.sb);
+  const std::vector<uint8_t> bias_raw = encode_out(d, o.bias);
+  dbias.upload(bias_raw);
+  cuda::ScaledMmProblem p{da.ptr, fa, o.k, db.ptr, fb, o.k, o.m, o.n, o.k,
+                          dsa.ptr, o.sa.size() > 1 || (o.m == 1 && o.sa.size() == 1), dsb.ptr,
+                          o.sb.size() > 1 || (o.n == 1 && o.sb.size() == 1), with_bias ? dbias.ptr : nullptr,
+                          dd.ptr, d, o.n};
+  const char* why = cuda::scaled_mm_unsupported_reason(p);
+  EXPECT_TRUE(why == nullptr);
+  const size_t ws_bytes = cuda::scaled_mm_workspace_bytes(p, config);
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  CUDA_OK(cuda::scaled_mm(p, config, ws.ptr, ws_bytes, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<double> got = decode_out(d, dd.download(), o.m * o.n);
+
+  double err = 0.0, norm = 0.0;
+  for (int64_t i = 0; i < o.m; ++i)
+    for (int64_t j = 0; j < o.n; ++j) {
+      double acc = 0.0;
+      for (int64_t kk = 0; kk < o.k; ++kk)
+        acc += static_cast<double>(decode_fp8(o.a[i * o.k + kk], fa)) * decode_fp8(o.b[j * o.k + kk], fb);
+      const double sa = o.sa.size() > 1 ? o.sa[i] : o.sa[0];
+      const double sb = o.sb.size() > 1 ? o.sb[j] : o.sb[0];
+      const double ref = acc * sa * sb + (with_bias ? round_to(d, o.bias[j]) : 0.0);
+      err += (got[i * o.n + j] - ref) * (got[i * o.n + j] - ref);
+      norm += ref * ref;
+    }
+  return std::sqrt(err / norm);
+}
+
+struct Case {
+  int64_t m, n, k;
+};
+// M across the dispatch buckets; N a multiple of 8 but not of 16/64/128; K multiples of 16.
+const Case kCases[] = {{1, 136, 128}, {15, 264, 256}, {17, 136, 384}, {64, 200, 128}, {65, 264, 256},
+                       {129, 136, 512}, {300, 520, 256}};
+const GemmConfig kConfigs[] = {GemmConfig::kAuto, GemmConfig::kLarge, GemmConfig::kMedium, GemmConfig::kSwapSmall,
+                               GemmConfig::kSwapMedium};
+
+double tolerance(DType d) { return d == DType::kFloat32 ? 1e-5 : 6e-3; }
+
+}  // namespace
+
+FP8EXT_TEST(e4m3_bf16_every_config_and_scale_kind) {
+  test::require_gpu();
+  uint32_t seed = std::random_device{}();
+  for (const Case& c : kCases)
+    for (GemmConfig config : kConfigs)
+      for (int scales = 0; scales < 4; ++scales) {
+        const bool a_rows = scales & 1, b_rows = scales & 2;
+        const Operands o = make_operands(c.m, c.n, c.k, Fp8Format::kE4M3, Fp8Format::kE4M3, a_rows, b_rows, ++seed);
+        const double e = run_and_compare(o, Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, scales == 3, config);
+        const std::string ctx = "M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) + " config=" +
+                                cuda::gemm_config_name(config) + " scales=" + std::to_string(scales) +
+                                " err=" + std::to_string(e);
+        EXPECT_EQ_CTX(e < tolerance(DType::kBFloat16), true, ctx);
+      }
+}
+
+FP8EXT_TEST(fp32_output_and_e5m2_operands) {
+  test::require_gpu();
+  uint32_t seed = std::random_device{}();
+  struct Types {
+    Fp8Format a, b;
+    GemmConfig config;
+  };
+  const Types kTypes[] = {{Fp8Format::kE4M3, Fp8Format::kE4M3, GemmConfig::kLarge},
+                          {Fp8Format::kE4M3, Fp8Format::kE4M3, GemmConfig::kSwapMedium},
+                          {Fp8Format::kE4M3, Fp8Format::kE5M2, GemmConfig::kLarge},
+                          {Fp8Format::kE5M2, Fp8Format::kE5M2, GemmConfig::kLarge}};
+  for (const Types& t : kTypes)
+    for (const Case& c : kCases) {
+      const Operands o = make_operands(c.m, c.n, c.k, t.a, t.b, true, true, ++seed);
+      const double e = run_and_compare(o, t.a, t.b, DType::kFloat32, true, t.config);
+      EXPECT_EQ_CTX(e < tolerance(DType::kFloat32), true,
+                    "M=" + std::to_string(c.m) + " config=" + cuda::gemm_config_name(t.config) +
+                        " err=" + std::to_string(e));
+    }
+}
+
+FP8EXT_TEST(refuses_what_the_kernels_cannot_run) {
+  // Checked before any launch, so this runs without a GPU too.
+  alignas(16) static uint8_t buf[4096];
+  static float one = 1.0f;
+  cuda::ScaledMmProblem ok{buf, Fp8Format::kE4M3, 32, buf, Fp8Format::kE4M3, 32, 4, 8, 32,
+                           &one, false, &one, false, nullptr, buf, DType::kBFloat16, 8};
+  EXPECT_TRUE(cuda::scaled_mm_unsupported_reason(ok) == nullptr);
+  auto refused = [&](cuda::ScaledMmProblem p) {
+    EXPECT_TRUE(cuda::scaled_mm_unsupported_reason(p) != nullptr);
+    EXPECT_EQ(int(cuda::scaled_mm(p, GemmConfig::kAuto, nullptr, 0, nullptr)), int(cudaErrorInvalidValue));
+  };
+  cuda::ScaledMmProblem p = ok;
+  p.k = 24;  // K not a multiple of 16
+  refused(p);
+  p = ok;
+  p.a = buf + 1;  // misaligned A
+  refused(p);
+  p = ok;
+  p.ldd = 4;  // ldd < N
+  refused(p);
+  p = ok;
+  p.scale_a = nullptr;
+  refused(p);
+  p = ok;
+  p.a_format = Fp8Format::kE5M2;  // E5M2 x E4M3 is not instantiated
+  refused(p);
+  p = ok;
+  p.b_format = Fp8Format::kE5M2;  // mixed formats need fp32 output
+  refused(p);
+}

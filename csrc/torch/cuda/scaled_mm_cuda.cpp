@@ -1,0 +1,130 @@
+// The CUDA scaled_mm op: argument checks, the padded path for shapes the
+// kernels cannot take directly, and the call into the CUTLASS kernels
+// (csrc/gemm). Built only with the sm_90a GEMMs (FP8EXT_WITH_SM90_GEMM).
+#ifdef FP8EXT_WITH_SM90_GEMM
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <optional>
+
+#include "../tensor_checks.h"
+#include "fp8ext/scaled_mm.h"
+
+namespace fp8ext::torch_ops {
+namespace {
+
+using cuda::GemmConfig;
+
+bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+// An FP8 operand [rows, K] as the kernels need it: K contiguous, row stride and
+// K multiples of 16, 16-byte aligned. Anything else is copied into a
+// zero-padded buffer (the documented cost of the padded path).
+at::Tensor kernel_operand(const at::Tensor& x, int64_t k_padded) {
+  const bool usable = x.size(1) == k_padded && (x.size(1) <= 1 || x.stride(1) == 1) &&
+                      (x.size(0) <= 1 || x.stride(0) % 16 == 0) && aligned16(x);
+  if (usable) return x;
+  at::Tensor padded = at::zeros({x.size(0), k_padded}, x.options());
+  padded.narrow(1, 0, x.size(1)).copy_(x);
+  return padded;
+}
+
+// Per-tensor (one value) or one per row of its operand; returns (contiguous fp32 scale, is_vector).
+std::pair<at::Tensor, bool> check_scale(const at::Tensor& s, int64_t rows, const char* name,
+                                        const char* operand, const at::Tensor& like) {
+  TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat, name, " must be float32, got ", s.scalar_type());
+  TORCH_CHECK_VALUE(s.device() == like.device(), name, " must be on ", like.device(), ", got ", s.device());
+  const bool one = s.numel() == 1;
+  TORCH_CHECK_VALUE(one || (s.numel() == rows && (s.dim() == 1 || (s.dim() == 2 && (s.size(0) == 1 ||
+                                                                                     s.size(1) == 1)))),
+                    name, " must hold one value (per-tensor) or one per row of ", operand, " (", rows,
+                    "), got shape ", s.sizes());
+  return {s.reshape({-1}).contiguous(), !one};
+}
+
+cudaError_t launch(const cuda::ScaledMmProblem& p, int64_t config, const at::Tensor& like) {
+  const auto cfg = static_cast<GemmConfig>(config);
+  const size_t bytes = cuda::scaled_mm_workspace_bytes(p, cfg);
+  at::Tensor workspace = at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
+  return cuda::scaled_mm(p, cfg, bytes ? workspace.data_ptr() : nullptr, bytes,
+                         c10::cuda::getCurrentCUDAStream(like.get_device()).stream());
+}
+
+at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                          const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
+                          at::ScalarType out_dtype, int64_t config) {
+  TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "a and b must be 2-D ([M, K] and [N, K]), got ", a.dim(),
+                    "-D and ", b.dim(), "-D");
+  const Fp8Format fa = to_fp8_format(a.scalar_type(), "a");
+  const Fp8Format fb = to_fp8_format(b.scalar_type(), "b");
+  TORCH_CHECK_VALUE(a.is_cuda() && b.device() == a.device(), "a and b must be on the same CUDA device, got ",
+                    a.device(), " and ", b.device());
+  TORCH_CHECK_VALUE(a.size(1) == b.size(1), "a and b must share K (a: [M, K], b: [N, K]), got ", a.sizes(),
+                    " and ", b.sizes());
+  TORCH_CHECK_TYPE(out_dtype == at::kBFloat16 || out_dtype == at::kHalf || out_dtype == at::kFloat,
+                   "out_dtype must be bfloat16, float16 or float32, got ", out_dtype);
+  TORCH_CHECK_VALUE(config >= 0 && config <= static_cast<int64_t>(GemmConfig::kSwapMedium),
+                    "config must be 0 (auto) to ", static_cast<int>(GemmConfig::kSwapMedium), ", got ", config);
+  const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
+  auto [sa, sa_vec] = check_scale(scale_a, m, "scale_a", "a", a);
+  auto [sb, sb_vec] = check_scale(scale_b, n, "scale_b", "b", a);
+  if (bias) {
+    TORCH_CHECK_TYPE(bias->scalar_type() == out_dtype, "bias must have out_dtype (", out_dtype, "), got ",
+                     bias->scalar_type());
+    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == n && bias->device() == a.device(),
+                      "bias must be [N] = [", n, "] on ", a.device(), ", got ", bias->sizes(), " on ",
+                      bias->device());
+  }
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, a.get_device());
+  TORCH_CHECK(major == 9, "fp8ext.scaled_mm: the CUTLASS kernels are built for sm_90a (H100/H200), this GPU is sm_",
+              major, "x; fp8ext.scaled_mm falls back to the reference there");
+  c10::cuda::CUDAGuard guard(a.device());
+
+  at::Tensor out = at::empty({m, n}, a.options().dtype(out_dtype));
+  if (m == 0 || n == 0) return out;
+  if (k == 0) return bias ? out.copy_(bias->unsqueeze(0).expand({m, n})) : out.zero_();
+
+  // E5M2 operands run with fp32 output (and E5M2 x E4M3 as D^T = B A^T), then
+  // the bias and the cast follow: a rare, slower path.
+  const bool direct = fa == Fp8Format::kE4M3 && fb == Fp8Format::kE4M3;
+  const bool swap = fa == Fp8Format::kE5M2 && fb == Fp8Format::kE4M3;
+  const at::ScalarType kernel_dtype = direct ? out_dtype : at::kFloat;
+  const int64_t k16 = round_up(k, 16);
+  const at::Tensor ka = kernel_operand(swap ? b : a, k16);
+  const at::Tensor kb = kernel_operand(swap ? a : b, k16);
+  const int64_t km = swap ? n : m, kn = swap ? m : n;
+  // D's row stride must be a multiple of 16 bytes: otherwise write a padded buffer.
+  const int64_t elem = at::elementSize(kernel_dtype);
+  const int64_t ldd = round_up(kn, 16 / elem);
+  at::Tensor d = (ldd == kn && kernel_dtype == out_dtype && !swap) ? out
+                                                                   : at::empty({km, ldd}, a.options().dtype(kernel_dtype));
+  const bool fused_bias = bias.has_value() && !swap && kernel_dtype == out_dtype;
+  cuda::ScaledMmProblem p{ka.data_ptr(), swap ? fb : fa, ka.size(0) <= 1 ? k16 : ka.stride(0),
+                          kb.data_ptr(), swap ? fa : fb, kb.size(0) <= 1 ? k16 : kb.stride(0),
+                          km, kn, k16,
+                          (swap ? sb : sa).data_ptr<float>(), swap ? sb_vec : sa_vec,
+                          (swap ? sa : sb).data_ptr<float>(), swap ? sa_vec : sb_vec,
+                          fused_bias ? bias->data_ptr() : nullptr, d.data_ptr(), to_dtype(d, "out"), ldd};
+  if (const char* why = cuda::scaled_mm_unsupported_reason(p)) TORCH_CHECK_VALUE(false, "fp8ext.scaled_mm: ", why);
+  const cudaError_t err = launch(p, config, a);
+  TORCH_CHECK(err == cudaSuccess, "fp8ext.scaled_mm: kernel launch failed: ", cudaGetErrorString(err));
+
+  if (d.data_ptr() == out.data_ptr()) return out;
+  at::Tensor result = d.narrow(1, 0, kn);
+  if (swap) result = result.t();
+  if (bias && !fused_bias) result = result + bias->to(at::kFloat);
+  out.copy_(result);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) { m.impl("scaled_mm", &scaled_mm_cuda); }
+
+}  // namespace fp8ext::torch_ops
+
+#endif  // FP8EXT_WITH_SM90_GEMM

@@ -1,0 +1,46 @@
+"""FP8 GEMM with per-tensor or row-wise scales: :func:`scaled_mm`."""
+from __future__ import annotations
+
+import torch
+
+from fp8ext import _native
+from fp8ext.ops import gemm_reference
+
+# Tile configurations of the CUDA kernels (GemmConfig in csrc/include/fp8ext/scaled_mm.h).
+CONFIGS = {"auto": 0, "large": 1, "medium": 2, "swap_small": 3, "swap_medium": 4}
+
+
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+              out_dtype: torch.dtype = torch.bfloat16, bias: torch.Tensor | None = None,
+              config: str = "auto") -> torch.Tensor:
+    """``D = (scale_a * A) @ (scale_b * B)^T + bias``, accumulated in float32.
+
+    Args:
+        a: ``[M, K]`` float8 (``float8_e4m3fn`` or ``float8_e5m2``), the activation.
+        b: ``[N, K]`` float8, the weight (K-major, as ``nn.Linear`` stores it).
+        scale_a: float32, one value (per-tensor, 0-d) or ``[M]`` (per-token).
+        scale_b: float32, one value or ``[N]`` (per-channel). Any mix of the two kinds works.
+        out_dtype: ``torch.bfloat16``, ``torch.float16`` or ``torch.float32``.
+        bias: optional ``[N]`` in ``out_dtype``, added in the epilogue.
+        config: ``"auto"`` (tile shape chosen by M) or one of :data:`CONFIGS`, for tuning.
+
+    On H100/H200 this runs CUTLASS sm_90a kernels (no host synchronisation,
+    CUDA-graph capturable); on the CPU and on other GPUs, a PyTorch reference.
+
+    Cost of the padded path (shapes the kernels cannot take as they are):
+    K not a multiple of 16, or an operand whose rows are not 16-byte aligned,
+    copies A and B into zero-padded buffers (one extra read and write of both per
+    call: quantize weights with ``pad_k_to=16`` to keep B off this path); N whose
+    output rows are not a multiple of 16 bytes (N % 8 for 16-bit outputs) writes D
+    to a padded buffer and copies it (one extra pass over D). E5M2 operands run
+    with a float32 kernel, then add the bias and cast (E5M2 x E4M3 also
+    transposes). M is free.
+    """
+    if config not in CONFIGS:
+        raise ValueError(f"config must be one of {sorted(CONFIGS)}, got {config!r}")
+    cfg = CONFIGS[config]
+    if isinstance(a, torch.Tensor) and a.is_cuda and _native.GEMM_KERNELS_BUILT \
+            and not _native.gemm_kernels_run_on(a.device.index or 0):
+        _native.warn_reference_fallback("scaled_mm", a.device)
+        return gemm_reference.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, cfg)
+    return torch.ops.fp8ext.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, cfg)

@@ -1,0 +1,71 @@
+"""fp8ext.scaled_mm on the CPU (the reference path): numerics, argument errors,
+torch.compile. The CUDA kernels are tested in test_scaled_mm_cuda.py."""
+import pytest
+import torch
+
+import fp8ext
+from gemm_cases import F8, TOLERANCE, operands, reference, rel_error
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("per_row_a,per_row_b", [(False, False), (True, False), (False, True), (True, True)])
+def test_reference_matches_float64(out_dtype, per_row_a, per_row_b, seed):
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = operands(33, 40, 70, "cpu", per_row_a=per_row_a, per_row_b=per_row_b,
+                                  bias_dtype=out_dtype, generator=g)
+    d = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=out_dtype, bias=bias)
+    assert d.dtype == out_dtype and d.shape == (33, 40)
+    assert rel_error(d, reference(a, b, sa, sb, bias)) < TOLERANCE[out_dtype]
+
+
+@pytest.mark.parametrize("b_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_e5m2_operands(b_dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, _ = operands(5, 16, 32, "cpu", a_dtype=torch.float8_e5m2, b_dtype=b_dtype, generator=g)
+    d = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
+    assert rel_error(d, reference(a, b, sa, sb, None)) < TOLERANCE[torch.float32]
+
+
+def test_error_is_not_trivially_small(seed):
+    """The check can fail: a wrong scale gives a large error."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, _ = operands(8, 8, 32, "cpu", generator=g)
+    d = fp8ext.scaled_mm(a, b, sa, sb * 1.01, out_dtype=torch.float32)
+    assert rel_error(d, reference(a, b, sa, sb, None)) > 5e-3
+
+
+def _args():
+    a, b, sa, sb, bias = operands(4, 8, 16, "cpu", bias_dtype=torch.bfloat16)
+    return dict(a=a, b=b, scale_a=sa, scale_b=sb, bias=bias, out_dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (dict(a=torch.randn(4, 16)), TypeError, "a must be torch.float8"),
+    (dict(b=torch.randn(8, 16).to(F8).unsqueeze(0)), ValueError, "2-D"),
+    (dict(b=torch.randn(8, 32).to(F8)), ValueError, "share K"),
+    (dict(scale_a=torch.ones(4, dtype=torch.float64)), TypeError, "scale_a must be a float32"),
+    (dict(scale_a=torch.ones(3)), ValueError, "scale_a must hold one value"),
+    (dict(scale_b=torch.ones(2, 4)), ValueError, "scale_b must hold one value"),
+    (dict(bias=torch.ones(8)), TypeError, "bias must have out_dtype"),
+    (dict(bias=torch.ones(7, dtype=torch.bfloat16)), ValueError, "bias must be"),
+    (dict(out_dtype=torch.int8), TypeError, "out_dtype"),
+])
+def test_bad_arguments_raise_clear_errors(change, error, match):
+    args = _args()
+    args.update(change)
+    with pytest.raises(error, match=match):
+        fp8ext.scaled_mm(**args)
+
+
+def test_bad_config_name():
+    with pytest.raises(ValueError, match="config must be one of"):
+        fp8ext.scaled_mm(**_args(), config="huge")
+
+
+def test_compile_fullgraph_matches_eager():
+    args = _args()
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, b, sa, sb, bias: fp8ext.scaled_mm(a, b, sa, sb, bias=bias), fullgraph=True)
+    got = compiled(args["a"], args["b"], args["scale_a"], args["scale_b"], args["bias"])
+    want = fp8ext.scaled_mm(**args)
+    assert torch.equal(got, want)

@@ -1,0 +1,130 @@
+"""The CUTLASS scaled_mm kernels on the GPU against a float64 reference of the
+dequantized operands: M across the dispatch buckets, unaligned N and K, every
+scale kind, output dtype and configuration, E5M2 operands, CUDA graphs."""
+import pytest
+import torch
+
+import fp8ext
+from fp8ext import _native
+from gemm_cases import F8, TOLERANCE, operands, reference, rel_error
+
+pytestmark = pytest.mark.gpu
+
+E5 = torch.float8_e5m2
+M_SWEEP = [1, 2, 15, 16, 17, 33, 63, 64, 65, 127, 128, 129, 1000, 4096]
+
+
+@pytest.fixture(autouse=True)
+def _needs_kernels():
+    if not _native.gemm_kernels_run_on(torch.cuda.current_device()):
+        pytest.skip("the CUTLASS sm_90a GEMMs are not built, or this GPU is not sm_90")
+
+
+def check(m, n, k, out_dtype=torch.bfloat16, per_row_a=True, per_row_b=True, bias=True, a_dtype=F8, b_dtype=F8,
+          config="auto", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias_t = operands(m, n, k, "cuda", a_dtype, b_dtype, per_row_a, per_row_b,
+                                    out_dtype if bias else None, g)
+    d = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=out_dtype, bias=bias_t, config=config)
+    assert d.shape == (m, n) and d.dtype == out_dtype and d.is_contiguous()
+    err = rel_error(d, reference(a, b, sa, sb, bias_t))
+    assert err < TOLERANCE[out_dtype], f"M={m} N={n} K={k} {out_dtype} config={config}: error {err:.2e}"
+
+
+@pytest.mark.parametrize("m", M_SWEEP)
+def test_m_sweep(m, seed):
+    check(m, 1024, 512, seed=seed)
+
+
+@pytest.mark.parametrize("n,k", [(4095, 512), (1000, 4100), (4096, 1710), (1280, 1710), (8, 16), (24, 16)])
+@pytest.mark.parametrize("m", [1, 7, 33, 1000])
+def test_unaligned_n_and_k(m, n, k, seed):
+    check(m, n, k, seed=seed)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("per_row_a,per_row_b", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("m", [5, 48, 100, 777])
+def test_scale_kinds_dtypes_bias(m, out_dtype, per_row_a, per_row_b, bias, seed):
+    check(m, 520, 256, out_dtype, per_row_a, per_row_b, bias, seed=seed)
+
+
+@pytest.mark.parametrize("config", ["large", "medium", "swap_small", "swap_medium"])
+@pytest.mark.parametrize("m", [1, 17, 64, 200, 1000])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16])
+def test_every_config_at_every_size(config, m, out_dtype, seed):
+    check(m, 776, 384, out_dtype, config=config, seed=seed)
+
+
+@pytest.mark.parametrize("a_dtype,b_dtype", [(F8, E5), (E5, E5), (E5, F8)])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("m", [3, 300])
+def test_e5m2_operands(a_dtype, b_dtype, out_dtype, m, seed):
+    check(m, 264, 256, out_dtype, a_dtype=a_dtype, b_dtype=b_dtype, seed=seed)
+
+
+def test_non_finite_inputs_propagate(seed):
+    """NaN in A poisons its row only; the other rows stay finite and correct."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, _ = operands(64, 256, 128, "cuda", generator=g)
+    a[3, 5] = float("nan")
+    d = fp8ext.scaled_mm(a, b, sa, sb)
+    assert torch.isnan(d[3]).all()
+    rows = torch.arange(64, device="cuda") != 3
+    assert rel_error(d[rows], reference(a, b, sa, sb, None)[rows]) < TOLERANCE[torch.bfloat16]
+
+
+def test_strided_and_offset_operands(seed):
+    """Views with row padding or an odd byte offset take the padded path and stay correct."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, _ = operands(50, 300, 1024, "cuda", generator=g)
+    a_view = torch.empty(50, 1040, dtype=F8, device="cuda")[:, 8:1032]
+    a_view.copy_(a)
+    d = fp8ext.scaled_mm(a_view, b, sa, sb)
+    assert rel_error(d, reference(a, b, sa, sb, None)) < TOLERANCE[torch.bfloat16]
+
+
+def test_empty_and_k0():
+    a = torch.empty(0, 32, dtype=F8, device="cuda")
+    b = torch.empty(16, 32, dtype=F8, device="cuda")
+    one = torch.ones((), device="cuda")
+    assert fp8ext.scaled_mm(a, b, one, one).shape == (0, 16)
+    bias = torch.randn(16, device="cuda", dtype=torch.bfloat16)
+    d = fp8ext.scaled_mm(torch.empty(3, 0, dtype=F8, device="cuda"), torch.empty(16, 0, dtype=F8, device="cuda"),
+                         one, one, bias=bias)
+    assert torch.equal(d, bias.expand(3, 16))
+
+
+def test_cuda_graph_replay_matches_eager(seed):
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = operands(16, 2048, 1024, "cuda", bias_dtype=torch.bfloat16, generator=g)
+    eager = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fp8ext.scaled_mm(a, b, sa, sb, bias=bias)  # warm up outside the graph
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+    sa.mul_(2.0)  # scales are read on the device at replay time
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.allclose(out.float(), fp8ext.scaled_mm(a, b, sa, sb, bias=bias).float(), rtol=0, atol=0)
+    assert not torch.equal(out, eager)
+
+
+def test_compile_fullgraph_on_cuda(seed):
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = operands(40, 512, 256, "cuda", bias_dtype=torch.bfloat16, generator=g)
+    torch._dynamo.reset()
+    f = torch.compile(lambda *t: fp8ext.scaled_mm(*t[:4], bias=t[4]), fullgraph=True)
+    assert torch.equal(f(a, b, sa, sb, bias), fp8ext.scaled_mm(a, b, sa, sb, bias=bias))
+
+
+def test_scale_on_wrong_device_raises():
+    a = torch.randn(4, 32, device="cuda").to(F8)
+    b = torch.randn(8, 32, device="cuda").to(F8)
+    with pytest.raises(ValueError, match="scale_a must be on"):
+        fp8ext.scaled_mm(a, b, torch.ones(()), torch.ones((), device="cuda"))
