@@ -128,3 +128,11 @@ def test_scale_on_wrong_device_raises():
     b = torch.randn(8, 32, device="cuda").to(F8)
     with pytest.raises(ValueError, match="scale_a must be on"):
         fp8ext.scaled_mm(a, b, torch.ones(()), torch.ones((), device="cuda"))
+
+
+def test_config_not_instantiated_for_dtype_raises():
+    a = torch.randn(4, 32, device="cuda").to(F8)
+    b = torch.randn(8, 32, device="cuda").to(F8)
+    one = torch.ones((), device="cuda")
+    with pytest.raises(ValueError, match="not instantiated"):
+        fp8ext.scaled_mm(a, b, one, one, out_dtype=torch.float32, config="medium")

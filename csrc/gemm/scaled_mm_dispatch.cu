@@ -98,6 +98,10 @@ const char* scaled_mm_unsupported_reason(const ScaledMmProblem& p) {
   return nullptr;
 }
 
+bool scaled_mm_has_config(const ScaledMmProblem& p, GemmConfig config) {
+  return config == GemmConfig::kAuto || has_config(p, config);
+}
+
 GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p) {
   GemmConfig c = GemmConfig::kLarge;
   if (p.m <= 16) c = GemmConfig::kSwapSmall;

@@ -53,6 +53,9 @@ const char* gemm_config_name(GemmConfig config);
 // Why a problem cannot run as given (nullptr if it can): alignment, formats.
 const char* scaled_mm_unsupported_reason(const ScaledMmProblem& p);
 
+// Whether `config` is instantiated for the problem's formats and output dtype.
+bool scaled_mm_has_config(const ScaledMmProblem& p, GemmConfig config);
+
 // The configuration kAuto resolves to for this problem.
 GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p);
 

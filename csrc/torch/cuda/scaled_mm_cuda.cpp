@@ -110,6 +110,9 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
                           (swap ? sa : sb).data_ptr<float>(), swap ? sa_vec : sb_vec,
                           fused_bias ? bias->data_ptr() : nullptr, d.data_ptr(), to_dtype(d, "out"), ldd};
   if (const char* why = cuda::scaled_mm_unsupported_reason(p)) TORCH_CHECK_VALUE(false, "fp8ext.scaled_mm: ", why);
+  TORCH_CHECK_VALUE(cuda::scaled_mm_has_config(p, static_cast<GemmConfig>(config)), "fp8ext.scaled_mm: config ",
+                    cuda::gemm_config_name(static_cast<GemmConfig>(config)),
+                    " is not instantiated for these operand formats and output dtype (use auto)");
   const cudaError_t err = launch(p, config, a);
   TORCH_CHECK(err == cudaSuccess, "fp8ext.scaled_mm: kernel launch failed: ", cudaGetErrorString(err));
 
