@@ -4,6 +4,7 @@
 # included) and the benchmarks. Logs and JSON go to OUT.
 #   usage: scripts/device/run.sh OUT [stage ...]
 #   stages: build ctest sanitize test bench (the default: all of these), profile (ncu on the quantize kernels)
+#   FP8EXT_COMMIT=<sha> names the commit in the benchmark JSON (the device copy's .git may be stale).
 # Carry .whl (the nvidia-cutlass wheel) with the call.
 set -uo pipefail
 OUT="${1:?usage: run.sh OUT [stage ...]}"; shift
@@ -42,6 +43,9 @@ if has build; then
   step build python3 -m pip install -v --no-build-isolation --no-deps "$ROOT"
 fi
 has ctest && step ctest ctest --test-dir "$BUILD" --output-on-failure
+if has ctest && [ -f "$BUILD/libfp8ext_kernels.a" ]; then  # the GEMMs must use wgmma on FP8 (QGMMA)
+  step sass bash -c "/usr/local/cuda/bin/cuobjdump -sass '$BUILD/libfp8ext_kernels.a' | grep -oE 'QGMMA[.A-Z0-9x]*' | sort | uniq -c"
+fi
 if has sanitize; then  # memcheck over the C++ CUDA harness (a representative subset of shapes)
   for t in "$BUILD"/csrc/tests/fp8ext_test_*cuda*; do
     [ -x "$t" ] && step "memcheck-$(basename "$t")" /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 "$t"
