@@ -44,13 +44,16 @@ struct Input {
   int64_t rows, cols, row_stride;
   bool vec;
 
-  // Columns past `cols` read as zeros.
+  // Columns past `cols` read as zeros. Streaming loads (evict-first) by default:
+  // each byte is read once; kStream = false keeps the bytes in L2 for a second pass.
+  template <bool kStream = true>
   __device__ __forceinline__ void load_raw(int64_t r, int64_t c0, Raw& raw) const {
     const T* p = data + r * row_stride + c0;
     if (vec && c0 + kChunk <= cols) {
 #pragma unroll
-      for (int i = 0; i < kWords; ++i)  // streaming loads: each byte is read once
-        raw.words[i] = __ldcs(reinterpret_cast<const uint4*>(p) + i);
+      for (int i = 0; i < kWords; ++i)
+        raw.words[i] = kStream ? __ldcs(reinterpret_cast<const uint4*>(p) + i)
+                               : __ldg(reinterpret_cast<const uint4*>(p) + i);
     } else {
 #pragma unroll
       for (int i = 0; i < kChunk; ++i) raw.elems[i] = c0 + i < cols ? p[i] : T(0.0f);

@@ -33,13 +33,19 @@ __device__ __forceinline__ void for_each_chunk_step(int64_t rows, int64_t chunks
       body(r, c, step);
 }
 
+// Row i of a step, counted from the top or (kReverse) from the bottom.
+template <bool kReverse>
+__device__ __forceinline__ int64_t step_row(int64_t rows, int64_t r, int i, int64_t step) {
+  return kReverse ? rows - 1 - (r + i * step) : r + i * step;
+}
+
 // Loads chunk column c of the step's rows (all loads issued before any use).
-template <typename T, int N>
+template <bool kReverse, bool kStream, typename T, int N>
 __device__ __forceinline__ void load_step(const Input<T>& in, int64_t r, int64_t c, int64_t step,
                                           typename Input<T>::Raw (&raw)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i)
-    if (r + i * step < in.rows) in.load_raw(r + i * step, c * kChunk, raw[i]);
+    if (r + i * step < in.rows) in.template load_raw<kStream>(step_row<kReverse>(in.rows, r, i, step), c * kChunk, raw[i]);
 }
 
 // Delayed scaling's bookkeeping, run by one whole block: pushes `newest` to the
@@ -88,17 +94,20 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
   const Scale scale(s);
   constexpr int N = kQuantizeRowsPerStep;
+  // Current scaling's second pass walks the rows bottom-up: the amax pass walked
+  // them top-down without evicting, so the rows it read last are still in L2.
+  constexpr bool kReverse = kScaleFromAmax;
   float amax = 0.0f;  // with infinities (NaNs skipped): a finite max is redone below only if needed
   for_each_chunk_step<N>(out.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {
     typename Input<T>::Raw raw[N];
-    load_step(in, r, c, step, raw);
+    load_step<kReverse, true>(in, r, c, step, raw);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       if (r + i * step >= out.rows) break;
       float v[kChunk];
       in.unpack(raw[i], v);
       if (kReduceAmax) amax = fmaxf(amax, chunk_abs_max(v));
-      out.store(r + i * step, c * kChunk, quantize_chunk<F>(v, scale));
+      out.store(step_row<kReverse>(out.rows, r, i, step), c * kChunk, quantize_chunk<F>(v, scale));
     }
   });
   if (kReduceAmax && amax == INFINITY) {  // rare: this thread saw an Inf; re-read for the finite max
@@ -131,7 +140,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chu
   float amax = 0.0f;
   for_each_chunk_step<N>(in.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {
     typename Input<T>::Raw raw[N];
-    load_step(in, r, c, step, raw);
+    load_step<false, false>(in, r, c, step, raw);  // cached: the quantize pass re-reads the tail from L2
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       if (r + i * step >= in.rows) break;
