@@ -5,8 +5,8 @@
 // Configuration by M for E4M3 x E4M3 (first guesses from the tile shapes, to be
 // replaced by a table of H200 measurements):
 //
-//   M <= 16      kSwapSmall   swap-AB, 64 x 16 tiles: N fills the MMA's 64 rows
-//   M <= 64      kSwapMedium  swap-AB, 64 x 64 tiles
+//   M <= 16      kSwapSmall   swap-AB, 64 x 16 x 128 tiles: N fills the MMA's 64 rows
+//   M <= 64      kSwapMedium  swap-AB, 64 x 64 x 128 tiles
 //   M <= 128     kMedium      64 x 128 tiles, ping-pong
 //   M  > 128     kLarge       128 x 128 tiles, 2x1 cluster, cooperative
 //
@@ -85,6 +85,8 @@ const char* scaled_mm_unsupported_reason(const ScaledMmProblem& p) {
   if (p.k % 16 != 0) return "K must be a multiple of 16 (pad it with zeros)";
   if (p.lda < p.k || p.ldb < p.k || p.lda % 16 != 0 || p.ldb % 16 != 0)
     return "the row strides of A and B must be multiples of 16 and at least K";
+  if ((p.n * element_bytes(p.d_dtype)) % 16 != 0)
+    return "N must be a multiple of 16 bytes of D (8 for bf16/fp16, 4 for fp32): pad B's rows";
   if (p.ldd < p.n || (p.ldd * element_bytes(p.d_dtype)) % 16 != 0)
     return "the row stride of D must be at least N and a multiple of 16 bytes";
   if (!aligned16(p.a) || !aligned16(p.b) || !aligned16(p.d) || (p.bias && !aligned16(p.bias)))

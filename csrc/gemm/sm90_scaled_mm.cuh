@@ -28,7 +28,9 @@ namespace detail {
 using namespace cute;
 
 // Tile shape (M, N, K of the kernel's own problem), cluster shape, mainloop and
-// epilogue schedules, and whether the problem is swapped.
+// epilogue schedules, and whether the problem is swapped. K tiles are 128: the
+// FP8 mainloop promotes the tensor cores' partial sums to fp32 every 4 MMAs of
+// K = 32 (its default interval must divide evenly into a K tile), i.e. every 128.
 template <class Tile_, class Cluster_, class Mainloop_, class Epilogue_, bool kSwap_>
 struct TileConfig {
   using Tile = Tile_;
@@ -50,11 +52,11 @@ struct ConfigOf<GemmConfig::kMedium>
                  cutlass::epilogue::TmaWarpSpecialized, false> {};
 template <>
 struct ConfigOf<GemmConfig::kSwapSmall>
-    : TileConfig<Shape<_64, _16, _256>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+    : TileConfig<Shape<_64, _16, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                  cutlass::epilogue::TmaWarpSpecialized, true> {};
 template <>
 struct ConfigOf<GemmConfig::kSwapMedium>
-    : TileConfig<Shape<_64, _64, _256>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+    : TileConfig<Shape<_64, _64, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                  cutlass::epilogue::TmaWarpSpecialized, true> {};
 
 template <Fp8Format F>
@@ -149,7 +151,7 @@ struct Sm90ScaledMm {
   }
 
   static int sm_count(int device) {
-    static int cached_device = -1, cached = 0;  // one GPU per process in practice; re-queried on a change
+    thread_local int cached_device = -1, cached = 0;  // per thread: no locking; re-queried on a change
     if (device != cached_device) {
       cached = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
       cached_device = device;
@@ -158,15 +160,13 @@ struct Sm90ScaledMm {
   }
 };
 
-// A CUTLASS status as a CUDA error, keeping the CUDA error where there is one.
-inline cudaError_t to_cuda_error(cutlass::Status status) {
-  if (status == cutlass::Status::kSuccess) return cudaGetLastError();
+// can_implement / initialize refusals are argument errors; a failed run keeps
+// the CUDA error of its launch.
+inline cudaError_t refusal(cutlass::Status) { return cudaErrorInvalidValue; }
+inline cudaError_t launch_result(cutlass::Status status) {
   const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return err;
-  return status == cutlass::Status::kErrorInvalidProblem || status == cutlass::Status::kErrorMisalignedOperand ||
-                 status == cutlass::Status::kErrorNotSupported
-             ? cudaErrorInvalidValue
-             : cudaErrorLaunchFailure;
+  if (status == cutlass::Status::kSuccess) return err;
+  return err != cudaSuccess ? err : cudaErrorLaunchFailure;
 }
 
 template <Fp8Format A, Fp8Format B, DType D, GemmConfig C>
@@ -186,10 +186,10 @@ cudaError_t Kernel<A, B, D, C>::run(const ScaledMmProblem& p, void* workspace, c
   typename Impl::Gemm gemm;
   const auto args = Impl::arguments(p);
   cutlass::Status status = gemm.can_implement(args);
-  if (status != cutlass::Status::kSuccess) return detail::to_cuda_error(status);
+  if (status != cutlass::Status::kSuccess) return detail::refusal(status);
   status = gemm.initialize(args, workspace, stream);
-  if (status != cutlass::Status::kSuccess) return detail::to_cuda_error(status);
-  return detail::to_cuda_error(gemm.run(stream));
+  if (status != cutlass::Status::kSuccess) return detail::refusal(status);
+  return detail::launch_result(gemm.run(stream));
 }
 
 }  // namespace fp8ext::cuda::gemm

@@ -203,6 +203,10 @@ FP8EXT_TEST(refuses_what_the_kernels_cannot_run) {
   p.ldd = 4;  // ldd < N
   refused(p);
   p = ok;
+  p.n = 12;  // N not a multiple of 8 bf16 elements (16 bytes)
+  p.ldd = 16;
+  refused(p);
+  p = ok;
   p.scale_a = nullptr;
   refused(p);
   p = ok;

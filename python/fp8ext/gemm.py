@@ -30,9 +30,10 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     Cost of the padded path (shapes the kernels cannot take as they are):
     K not a multiple of 16, or an operand whose rows are not 16-byte aligned,
     copies A and B into zero-padded buffers (one extra read and write of both per
-    call: quantize weights with ``pad_k_to=16`` to keep B off this path); N whose
-    output rows are not a multiple of 16 bytes (N % 8 for 16-bit outputs) writes D
-    to a padded buffer and copies it (one extra pass over D). E5M2 operands run
+    call); N not a multiple of 8 (16-bit outputs) or 4 (fp32) also copies B with
+    zero rows up to that multiple and writes D to a padded buffer that is then
+    copied (one extra pass over D). Quantize and store weights padded
+    (``pad_k_to=16``, N rounded up) to keep them off this path. E5M2 operands run
     with a float32 kernel, then add the bias and cast (E5M2 x E4M3 also
     transposes). M is free.
     """

@@ -8,8 +8,9 @@
 // row-major with row stride ldd; bias (optional) has D's dtype.
 //
 // Alignment the kernels need (the torch op pads anything else): K, lda and ldb
-// multiples of 16; ldd * sizeof(D) a multiple of 16; every pointer 16-byte
-// aligned. M and N are free.
+// multiples of 16; N and ldd multiples of 16 bytes of D (8 elements of bf16/fp16,
+// 4 of fp32: the TMA store's contiguous extent, also with swap-AB); A, B, D and
+// the bias 16-byte aligned. M is free; the scales need no alignment.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -44,8 +45,8 @@ enum class GemmConfig : int {
   kAuto = 0,       // choose by shape
   kLarge = 1,      // 128x128x128 tile, 2x1 cluster, cooperative
   kMedium = 2,     // 64x128x128 tile, ping-pong
-  kSwapSmall = 3,  // swap-AB (D^T = B A^T): 64 columns of N x 16 rows of M per tile
-  kSwapMedium = 4, // swap-AB: 64 x 64
+  kSwapSmall = 3,  // swap-AB (D^T = B A^T): 64 columns of N x 16 rows of M per tile (K 128)
+  kSwapMedium = 4, // swap-AB: 64 x 64 (K 128)
 };
 
 const char* gemm_config_name(GemmConfig config);

@@ -20,16 +20,26 @@ using cuda::GemmConfig;
 
 bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
-// An FP8 operand [rows, K] as the kernels need it: K contiguous, row stride and
-// K multiples of 16, 16-byte aligned. Anything else is copied into a
-// zero-padded buffer (the documented cost of the padded path).
-at::Tensor kernel_operand(const at::Tensor& x, int64_t k_padded) {
-  const bool usable = x.size(1) == k_padded && (x.size(1) <= 1 || x.stride(1) == 1) &&
-                      (x.size(0) <= 1 || x.stride(0) % 16 == 0) && aligned16(x);
+// An FP8 operand [rows, K] as the kernels need it, with at least `rows_padded`
+// rows: K contiguous, row stride and K multiples of 16, 16-byte aligned.
+// Anything else is copied into a zero-padded buffer (the documented cost of the
+// padded path).
+at::Tensor kernel_operand(const at::Tensor& x, int64_t k_padded, int64_t rows_padded) {
+  const bool usable = x.size(0) == rows_padded && x.size(1) == k_padded && (x.size(1) <= 1 || x.stride(1) == 1) &&
+                      (x.size(0) <= 1 || (x.stride(0) >= k_padded && x.stride(0) % 16 == 0)) && aligned16(x);
   if (usable) return x;
-  at::Tensor padded = at::zeros({x.size(0), k_padded}, x.options());
-  padded.narrow(1, 0, x.size(1)).copy_(x);
+  at::Tensor padded = at::zeros({rows_padded, k_padded}, x.options());
+  padded.narrow(0, 0, x.size(0)).narrow(1, 0, x.size(1)).copy_(x);
   return padded;
+}
+
+// A vector padded with zeros to `length` (contiguous, 16-byte aligned), or the
+// tensor itself when it already is one.
+at::Tensor padded_vector(const at::Tensor& v, int64_t length) {
+  if (v.numel() == length && v.is_contiguous() && aligned16(v)) return v;
+  at::Tensor out = at::zeros({length}, v.options());
+  out.narrow(0, 0, v.numel()).copy_(v.reshape({-1}));
+  return out;
 }
 
 // Per-tensor (one value) or one per row of its operand; returns (contiguous fp32 scale, is_vector).
@@ -94,21 +104,28 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
   const bool swap = fa == Fp8Format::kE5M2 && fb == Fp8Format::kE4M3;
   const at::ScalarType kernel_dtype = direct ? out_dtype : at::kFloat;
   const int64_t k16 = round_up(k, 16);
-  const at::Tensor ka = kernel_operand(swap ? b : a, k16);
-  const at::Tensor kb = kernel_operand(swap ? a : b, k16);
   const int64_t km = swap ? n : m, kn = swap ? m : n;
-  // D's row stride must be a multiple of 16 bytes: otherwise write a padded buffer.
-  const int64_t elem = at::elementSize(kernel_dtype);
-  const int64_t ldd = round_up(kn, 16 / elem);
-  at::Tensor d = (ldd == kn && kernel_dtype == out_dtype && !swap) ? out
-                                                                   : at::empty({km, ldd}, a.options().dtype(kernel_dtype));
+  // The TMA store needs N (the kernel's, the contiguous extent of D) and D's
+  // row stride in whole 16 bytes: otherwise the kernel's B rows, its per-row
+  // scale and the bias are zero-padded to that N and D is written to a buffer.
+  const int64_t kn16 = round_up(kn, 16 / static_cast<int64_t>(at::elementSize(kernel_dtype)));
+  const at::Tensor ka = kernel_operand(swap ? b : a, k16, km);
+  const at::Tensor kb = kernel_operand(swap ? a : b, k16, kn16);
+  const at::Tensor row_scale = swap ? sb : sa;
+  const bool row_vec = swap ? sb_vec : sa_vec;
+  const bool col_vec = swap ? sa_vec : sb_vec;
+  const at::Tensor col_scale = col_vec ? padded_vector(swap ? sa : sb, kn16) : (swap ? sa : sb);
   const bool fused_bias = bias.has_value() && !swap && kernel_dtype == out_dtype;
+  const at::Tensor kbias = fused_bias ? padded_vector(*bias, kn16) : at::Tensor();
+  at::Tensor d = (kn16 == kn && kernel_dtype == out_dtype && !swap)
+                     ? out
+                     : at::empty({km, kn16}, a.options().dtype(kernel_dtype));
   cuda::ScaledMmProblem p{ka.data_ptr(), swap ? fb : fa, ka.size(0) <= 1 ? k16 : ka.stride(0),
                           kb.data_ptr(), swap ? fa : fb, kb.size(0) <= 1 ? k16 : kb.stride(0),
-                          km, kn, k16,
-                          (swap ? sb : sa).data_ptr<float>(), swap ? sb_vec : sa_vec,
-                          (swap ? sa : sb).data_ptr<float>(), swap ? sa_vec : sb_vec,
-                          fused_bias ? bias->data_ptr() : nullptr, d.data_ptr(), to_dtype(d, "out"), ldd};
+                          km, kn16, k16,
+                          row_scale.data_ptr<float>(), row_vec,
+                          col_scale.data_ptr<float>(), col_vec,
+                          fused_bias ? kbias.data_ptr() : nullptr, d.data_ptr(), to_dtype(d, "out"), kn16};
   if (const char* why = cuda::scaled_mm_unsupported_reason(p)) TORCH_CHECK_VALUE(false, "fp8ext.scaled_mm: ", why);
   TORCH_CHECK_VALUE(cuda::scaled_mm_has_config(p, static_cast<GemmConfig>(config)), "fp8ext.scaled_mm: config ",
                     cuda::gemm_config_name(static_cast<GemmConfig>(config)),
