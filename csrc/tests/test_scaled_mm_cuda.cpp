@@ -216,3 +216,29 @@ FP8EXT_TEST(refuses_what_the_kernels_cannot_run) {
   p.b_format = Fp8Format::kE5M2;  // mixed formats need fp32 output
   refused(p);
 }
+
+FP8EXT_TEST(auto_config_buckets) {
+  // Host-side logic: runs without a GPU.
+  alignas(16) static uint8_t buf[16];
+  static float one = 1.0f;
+  cuda::ScaledMmProblem p{buf, Fp8Format::kE4M3, 4096, buf, Fp8Format::kE4M3, 4096, 1, 4096, 4096,
+                          &one, false, &one, false, nullptr, buf, DType::kBFloat16, 4096};
+  auto config_for = [&](int64_t m) {
+    p.m = m;
+    return cuda::scaled_mm_auto_config(p);
+  };
+  EXPECT_EQ(int(config_for(1)), int(GemmConfig::kSwapSmall));
+  EXPECT_EQ(int(config_for(16)), int(GemmConfig::kSwapSmall));
+  EXPECT_EQ(int(config_for(17)), int(GemmConfig::kSwapMedium));
+  EXPECT_EQ(int(config_for(64)), int(GemmConfig::kSwapMedium));
+  EXPECT_EQ(int(config_for(65)), int(GemmConfig::kMedium));
+  EXPECT_EQ(int(config_for(128)), int(GemmConfig::kMedium));
+  EXPECT_EQ(int(config_for(129)), int(GemmConfig::kLarge));
+  p.d_dtype = DType::kFloat32;  // fp32 output: kLarge and kSwapMedium only
+  EXPECT_EQ(int(config_for(1)), int(GemmConfig::kSwapMedium));
+  EXPECT_EQ(int(config_for(100)), int(GemmConfig::kLarge));
+  p.b_format = Fp8Format::kE5M2;  // E5M2 operands: kLarge only
+  EXPECT_EQ(int(config_for(1)), int(GemmConfig::kLarge));
+  EXPECT_TRUE(!cuda::scaled_mm_has_config(p, GemmConfig::kSwapSmall));
+  EXPECT_TRUE(cuda::scaled_mm_has_config(p, GemmConfig::kAuto));
+}
