@@ -58,21 +58,6 @@ at::Tensor quantize_with_scale_cuda(const at::Tensor& x, const at::Tensor& scale
   return q;
 }
 
-QuantOut quantize_per_tensor_cuda(const at::Tensor& x, at::ScalarType dtype, int64_t margin, bool power_of_two,
-                                  int64_t pad_k_to) {
-  check_device(x);
-  c10::cuda::CUDAGuard guard(x.device());
-  const ConstMatrix in = input_matrix(x, "x");
-  const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
-  at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
-  at::Tensor s = new_scalar_scale(x);
-  at::Tensor amax = amax_workspace(x);
-  check_cuda(cuda::quantize_per_tensor(in, rule, output_matrix(q, rule.format, in.cols), s.data_ptr<float>(),
-                                       amax.data_ptr<float>(), stream_of(x)),
-             "quantize_per_tensor");
-  return {q, s};
-}
-
 QuantOut quantize_delayed_cuda(const at::Tensor& x, at::Tensor& amax_history, at::Tensor& scale,
                                at::ScalarType dtype, int64_t margin, bool power_of_two, bool use_history_max,
                                int64_t pad_k_to) {
@@ -92,7 +77,7 @@ QuantOut quantize_delayed_cuda(const at::Tensor& x, at::Tensor& amax_history, at
   return {q, used};
 }
 
-// per-row, per-group and per-block share one shape: allocate, launch, return.
+// per-tensor current, per-row, per-group and per-block share one shape: allocate, launch, return.
 template <at::Tensor (*NewScales)(const at::Tensor&),
           cudaError_t (*Launch)(const ConstMatrix&, const ScaleRule&, const Fp8Matrix&, float*, cudaStream_t)>
 QuantOut quantize_scaled_cuda(const at::Tensor& x, at::ScalarType dtype, int64_t margin, bool power_of_two,
@@ -108,12 +93,21 @@ QuantOut quantize_scaled_cuda(const at::Tensor& x, at::ScalarType dtype, int64_t
   return {q, s};
 }
 
+// Current scaling with its amax workspace (allocated on the current device,
+// which the op's guard has set to x's).
+cudaError_t quantize_per_tensor_launch(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q, float* scale,
+                                       cudaStream_t stream) {
+  at::Tensor amax = at::empty({cuda::kAmaxWorkspaceFloats},
+                              at::TensorOptions().device(at::kCUDA, c10::cuda::current_device()).dtype(at::kFloat));
+  return cuda::quantize_per_tensor(x, rule, q, scale, amax.data_ptr<float>(), stream);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) {
   m.impl("cast_to_fp8", &cast_to_fp8_cuda);
   m.impl("quantize_with_scale", &quantize_with_scale_cuda);
-  m.impl("quantize_per_tensor", &quantize_per_tensor_cuda);
+  m.impl("quantize_per_tensor", &quantize_scaled_cuda<new_scalar_scale, quantize_per_tensor_launch>);
   m.impl("quantize_delayed", &quantize_delayed_cuda);
   m.impl("quantize_per_row", &quantize_scaled_cuda<new_row_scales, cuda::quantize_per_row>);
   m.impl("quantize_per_group", &quantize_scaled_cuda<new_group_scales, cuda::quantize_per_group>);
