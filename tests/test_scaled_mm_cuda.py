@@ -57,6 +57,12 @@ def test_every_config_at_every_size(config, m, out_dtype, seed):
     check(m, 776, 384, out_dtype, config=config, seed=seed)
 
 
+@pytest.mark.parametrize("config", ["large_pingpong", "wide"])
+@pytest.mark.parametrize("m", [1, 200, 1000])
+def test_bf16_tuning_candidates(config, m, seed):
+    check(m, 776, 384, torch.bfloat16, config=config, seed=seed)
+
+
 @pytest.mark.parametrize("a_dtype,b_dtype", [(F8, E5), (E5, E5), (E5, F8)])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("m", [3, 300])

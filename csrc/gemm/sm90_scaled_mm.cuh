@@ -59,6 +59,15 @@ struct ConfigOf<GemmConfig::kSwapMedium>
     : TileConfig<Shape<_64, _64, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                  cutlass::epilogue::TmaWarpSpecialized, true> {};
 
+template <>
+struct ConfigOf<GemmConfig::kLargePingpong>
+    : TileConfig<Shape<_128, _128, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                 cutlass::epilogue::TmaWarpSpecialized, false> {};
+template <>
+struct ConfigOf<GemmConfig::kWide>
+    : TileConfig<Shape<_128, _256, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                 cutlass::epilogue::TmaWarpSpecializedCooperative, false> {};
+
 template <Fp8Format F>
 using Fp8Element = conditional_t<F == Fp8Format::kE4M3, cutlass::float_e4m3_t, cutlass::float_e5m2_t>;
 

@@ -139,8 +139,9 @@ struct Case {
 // M across the dispatch buckets; N a multiple of 8 but not of 16/64/128; K multiples of 16.
 const Case kCases[] = {{1, 136, 128}, {15, 264, 256}, {17, 136, 384}, {64, 200, 128}, {65, 264, 256},
                        {129, 136, 512}, {300, 520, 256}};
-const GemmConfig kConfigs[] = {GemmConfig::kAuto, GemmConfig::kLarge, GemmConfig::kMedium, GemmConfig::kSwapSmall,
-                               GemmConfig::kSwapMedium};
+const GemmConfig kConfigs[] = {GemmConfig::kAuto,      GemmConfig::kLarge,         GemmConfig::kMedium,
+                               GemmConfig::kSwapSmall, GemmConfig::kSwapMedium,    GemmConfig::kLargePingpong,
+                               GemmConfig::kWide};
 
 double tolerance(DType d) { return d == DType::kFloat32 ? 1e-5 : 6e-3; }
 
@@ -249,4 +250,5 @@ FP8EXT_TEST(auto_config_buckets) {
   EXPECT_EQ(int(config_for(1)), int(GemmConfig::kLarge));
   EXPECT_TRUE(!cuda::scaled_mm_has_config(p, GemmConfig::kSwapSmall));
   EXPECT_TRUE(cuda::scaled_mm_has_config(p, GemmConfig::kAuto));
+  EXPECT_TRUE(!cuda::scaled_mm_has_config(p, GemmConfig::kWide));  // candidates: E4M3 -> bf16 only
 }

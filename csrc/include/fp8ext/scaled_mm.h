@@ -47,6 +47,10 @@ enum class GemmConfig : int {
   kMedium = 2,     // 64x128x128 tile, ping-pong
   kSwapSmall = 3,  // swap-AB (D^T = B A^T): 64 columns of N x 16 rows of M per tile (K 128)
   kSwapMedium = 4, // swap-AB: 64 x 64 (K 128)
+  // Tuning candidates for large M, bf16 output only (to be measured against kLarge):
+  kLargePingpong = 5,  // 128x128x128 tile, 2x1 cluster, ping-pong
+  kWide = 6,           // 128x256x128 tile, 2x1 cluster, cooperative
+  kLastConfig = kWide,
 };
 
 const char* gemm_config_name(GemmConfig config);

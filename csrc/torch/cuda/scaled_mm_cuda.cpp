@@ -76,8 +76,8 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
                     " and ", b.sizes());
   TORCH_CHECK_TYPE(out_dtype == at::kBFloat16 || out_dtype == at::kHalf || out_dtype == at::kFloat,
                    "out_dtype must be bfloat16, float16 or float32, got ", out_dtype);
-  TORCH_CHECK_VALUE(config >= 0 && config <= static_cast<int64_t>(GemmConfig::kSwapMedium),
-                    "config must be 0 (auto) to ", static_cast<int>(GemmConfig::kSwapMedium), ", got ", config);
+  TORCH_CHECK_VALUE(config >= 0 && config <= static_cast<int64_t>(GemmConfig::kLastConfig),
+                    "config must be 0 (auto) to ", static_cast<int>(GemmConfig::kLastConfig), ", got ", config);
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
   auto [sa, sa_vec] = check_scale(scale_a, m, "scale_a", "a", a);
   auto [sb, sb_vec] = check_scale(scale_b, n, "scale_b", "b", a);

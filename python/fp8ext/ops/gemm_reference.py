@@ -7,7 +7,7 @@ import torch
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-MAX_CONFIG = 4  # GemmConfig::kSwapMedium
+MAX_CONFIG = 6  # GemmConfig::kLastConfig
 
 
 def _check_scale(s, rows: int, name: str, operand: str, like: torch.Tensor) -> bool:
