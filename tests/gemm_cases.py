@@ -4,9 +4,12 @@ import torch
 F8 = torch.float8_e4m3fn
 
 # Relative Frobenius error allowed against the float64 reference of the
-# dequantized operands: FP8 products are exact and accumulate in float32, so the
-# output rounding dominates (bf16 2^-9, fp16 2^-12 per element).
-TOLERANCE = {torch.bfloat16: 5e-3, torch.float16: 1e-3, torch.float32: 1e-4}
+# dequantized operands. FP8 products are exact, but Hopper's FP8 MMA keeps a
+# reduced-precision (~14-bit, truncating) accumulator that the kernel promotes to
+# float32 every 128 of K: ~1-2.5e-4 relative error whatever K, on top of the
+# output rounding (bf16 2^-9, fp16 2^-12 per element). A real bug (wrong scale,
+# tile or layout) is off by far more.
+TOLERANCE = {torch.bfloat16: 5e-3, torch.float16: 2e-3, torch.float32: 1e-3}
 
 
 def operands(m, n, k, device, a_dtype=F8, b_dtype=F8, per_row_a=True, per_row_b=True, bias_dtype=None,

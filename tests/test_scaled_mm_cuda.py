@@ -81,11 +81,13 @@ def test_non_finite_inputs_propagate(seed):
     assert rel_error(d[rows], reference(a, b, sa, sb, None)[rows]) < TOLERANCE[torch.bfloat16]
 
 
-def test_strided_and_offset_operands(seed):
-    """Views with row padding or an odd byte offset take the padded path and stay correct."""
+@pytest.mark.parametrize("offset", [0, 8])
+def test_strided_and_offset_operands(offset, seed):
+    """A view with padded rows (stride 1040 != K) is read in place when 16-byte
+    aligned (offset 0) and copied by the padded path when not (offset 8)."""
     g = torch.Generator().manual_seed(seed)
-    a, b, sa, sb, _ = operands(50, 300, 1024, "cuda", generator=g)
-    a_view = torch.empty(50, 1040, dtype=F8, device="cuda")[:, 8:1032]
+    a, b, sa, sb, _ = operands(50, 304, 1024, "cuda", generator=g)
+    a_view = torch.empty(50, 1040, dtype=F8, device="cuda")[:, offset:offset + 1024]
     a_view.copy_(a)
     d = fp8ext.scaled_mm(a_view, b, sa, sb)
     assert rel_error(d, reference(a, b, sa, sb, None)) < TOLERANCE[torch.bfloat16]

@@ -143,7 +143,9 @@ const GemmConfig kConfigs[] = {GemmConfig::kAuto,      GemmConfig::kLarge,      
                                GemmConfig::kSwapSmall, GemmConfig::kSwapMedium,    GemmConfig::kLargePingpong,
                                GemmConfig::kWide};
 
-double tolerance(DType d) { return d == DType::kFloat32 ? 1e-5 : 6e-3; }
+// Hopper's FP8 MMA accumulates with ~14 bits between the kernel's fp32
+// promotions (every 128 of K): ~1-2.5e-4 relative error even with fp32 output.
+double tolerance(DType d) { return d == DType::kFloat32 ? 1e-3 : 6e-3; }
 
 // FP8EXT_TEST_QUICK=1 (set for the compute-sanitizer run, where kernels are
 // ~100x slower) keeps a representative subset: M = 1 and 129, both row-wise.

@@ -14,7 +14,10 @@ CONFIGS = {"auto": 0, "large": 1, "medium": 2, "swap_small": 3, "swap_medium": 4
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
               out_dtype: torch.dtype = torch.bfloat16, bias: torch.Tensor | None = None,
               config: str = "auto") -> torch.Tensor:
-    """``D = (scale_a * A) @ (scale_b * B)^T + bias``, accumulated in float32.
+    """``D = (scale_a * A) @ (scale_b * B)^T + bias``.
+
+    The tensor cores' partial sums are promoted to float32 every 128 of K (no
+    FP8 fast accumulation: the precision class of ``torch._scaled_mm``'s default).
 
     Args:
         a: ``[M, K]`` float8 (``float8_e4m3fn`` or ``float8_e5m2``), the activation.
