@@ -30,16 +30,6 @@ at::Tensor quantize_with_scale_cpu(const at::Tensor& x, const at::Tensor& scale,
   return q;
 }
 
-QuantOut quantize_per_tensor_cpu(const at::Tensor& x, at::ScalarType dtype, int64_t margin,
-                                 bool power_of_two, int64_t pad_k_to) {
-  const ConstMatrix in = input_matrix(x, "x");
-  const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
-  at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
-  at::Tensor s = new_scalar_scale(x);
-  cpu::quantize_per_tensor(in, rule, output_matrix(q, rule.format, in.cols), s.data_ptr<float>());
-  return {q, s};
-}
-
 QuantOut quantize_delayed_cpu(const at::Tensor& x, at::Tensor& amax_history, at::Tensor& scale,
                               at::ScalarType dtype, int64_t margin, bool power_of_two,
                               bool use_history_max, int64_t pad_k_to) {
@@ -55,7 +45,7 @@ QuantOut quantize_delayed_cpu(const at::Tensor& x, at::Tensor& amax_history, at:
   return {q, used};
 }
 
-// per-row, per-group and per-block share one shape: allocate, run, return.
+// per-tensor current, per-row, per-group and per-block share one shape: allocate, run, return.
 template <at::Tensor (*NewScales)(const at::Tensor&),
           void (*Run)(const ConstMatrix&, const ScaleRule&, const Fp8Matrix&, float*)>
 QuantOut quantize_scaled_cpu(const at::Tensor& x, at::ScalarType dtype, int64_t margin, bool power_of_two,
@@ -73,7 +63,7 @@ QuantOut quantize_scaled_cpu(const at::Tensor& x, at::ScalarType dtype, int64_t 
 TORCH_LIBRARY_IMPL(fp8ext, CPU, m) {
   m.impl("cast_to_fp8", &cast_to_fp8_cpu);
   m.impl("quantize_with_scale", &quantize_with_scale_cpu);
-  m.impl("quantize_per_tensor", &quantize_per_tensor_cpu);
+  m.impl("quantize_per_tensor", &quantize_scaled_cpu<new_scalar_scale, cpu::quantize_per_tensor>);
   m.impl("quantize_delayed", &quantize_delayed_cpu);
   m.impl("quantize_per_row", &quantize_scaled_cpu<new_row_scales, cpu::quantize_per_row>);
   m.impl("quantize_per_group", &quantize_scaled_cpu<new_group_scales, cpu::quantize_per_group>);

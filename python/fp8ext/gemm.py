@@ -5,10 +5,7 @@ import torch
 
 from fp8ext import _native
 from fp8ext.ops import gemm_reference
-
-# Tile configurations of the CUDA kernels (GemmConfig in csrc/include/fp8ext/scaled_mm.h).
-CONFIGS = {"auto": 0, "large": 1, "medium": 2, "swap_small": 3, "swap_medium": 4,
-           "large_pingpong": 5, "wide": 6}  # the last two: bf16 output only, tuning candidates
+from fp8ext.ops.gemm_reference import CONFIGS
 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,

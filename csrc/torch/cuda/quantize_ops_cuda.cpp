@@ -31,8 +31,10 @@ void check_device(const at::Tensor& x) {
 
 cudaStream_t stream_of(const at::Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.get_device()).stream(); }
 
-at::Tensor amax_workspace(const at::Tensor& x) {
-  return at::empty({cuda::kAmaxWorkspaceFloats}, x.options().dtype(at::kFloat));
+// The per-tensor recipes' scratch, on the current device (the ops' guards set it to x's).
+at::Tensor amax_workspace() {
+  return at::empty({cuda::kAmaxWorkspaceFloats},
+                   at::TensorOptions().device(at::kCUDA, c10::cuda::current_device()).dtype(at::kFloat));
 }
 
 at::Tensor cast_to_fp8_cuda(const at::Tensor& x, at::ScalarType dtype, bool saturate) {
@@ -69,7 +71,7 @@ QuantOut quantize_delayed_cuda(const at::Tensor& x, at::Tensor& amax_history, at
   check_amax_history(amax_history, x);
   at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
   at::Tensor used = new_scalar_scale(x);
-  at::Tensor amax = amax_workspace(x);
+  at::Tensor amax = amax_workspace();
   check_cuda(cuda::quantize_delayed(in, rule, use_history_max, amax_history.data_ptr<float>(), amax_history.numel(),
                                     scale.data_ptr<float>(), output_matrix(q, rule.format, in.cols),
                                     used.data_ptr<float>(), amax.data_ptr<float>(), stream_of(x)),
@@ -93,12 +95,10 @@ QuantOut quantize_scaled_cuda(const at::Tensor& x, at::ScalarType dtype, int64_t
   return {q, s};
 }
 
-// Current scaling with its amax workspace (allocated on the current device,
-// which the op's guard has set to x's).
+// Current scaling with its amax workspace.
 cudaError_t quantize_per_tensor_launch(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q, float* scale,
                                        cudaStream_t stream) {
-  at::Tensor amax = at::empty({cuda::kAmaxWorkspaceFloats},
-                              at::TensorOptions().device(at::kCUDA, c10::cuda::current_device()).dtype(at::kFloat));
+  at::Tensor amax = amax_workspace();
   return cuda::quantize_per_tensor(x, rule, q, scale, amax.data_ptr<float>(), stream);
 }
 

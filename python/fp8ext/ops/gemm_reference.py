@@ -7,7 +7,11 @@ import torch
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-MAX_CONFIG = 6  # GemmConfig::kLastConfig
+# Tile configurations of the CUDA kernels (GemmConfig in csrc/include/fp8ext/scaled_mm.h);
+# the last two are bf16-output tuning candidates.
+CONFIGS = {"auto": 0, "large": 1, "medium": 2, "swap_small": 3, "swap_medium": 4,
+           "large_pingpong": 5, "wide": 6}
+MAX_CONFIG = max(CONFIGS.values())
 
 
 def _check_scale(s, rows: int, name: str, operand: str, like: torch.Tensor) -> bool:
