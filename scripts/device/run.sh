@@ -70,5 +70,5 @@ if has profile; then
     python3 "$ROOT/scripts/device/profile_quantize.py"
 fi
 # At most 8 files come back from the device: pack the logs into one archive.
-(cd "$OUT" && tar czf logs.tgz *.log 2>/dev/null && rm -f *.log)
+(cd "$OUT" && tar czf "logs-$(echo $STAGES | tr ' ' -).tgz" *.log 2>/dev/null && rm -f *.log)
 exit $status
