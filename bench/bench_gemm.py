@@ -104,7 +104,7 @@ def main():
                 torch.manual_seed(0)
                 rows.append({"layer": layer, **bench_row(m, n, k, row_wise)})
             if args.configs:
-                for config in ("large", "medium", "swap_small", "swap_medium", "large_pingpong", "wide"):
+                for config in ("large", "medium", "swap_small", "swap_medium", "wide_fast_accum", "swap_streamk"):
                     rows.append({"layer": layer, **bench_row(m, n, k, True, config, anchor=False)})
             torch.cuda.empty_cache()
     for (m, n, k), (am, an, ak) in UNALIGNED:

@@ -57,10 +57,16 @@ def test_every_config_at_every_size(config, m, out_dtype, seed):
     check(m, 776, 384, out_dtype, config=config, seed=seed)
 
 
-@pytest.mark.parametrize("config", ["large_pingpong", "wide"])
+@pytest.mark.parametrize("config", ["wide_fast_accum", "swap_streamk"])
 @pytest.mark.parametrize("m", [1, 200, 1000])
 def test_bf16_tuning_candidates(config, m, seed):
     check(m, 776, 384, torch.bfloat16, config=config, seed=seed)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 1024, 4096), (16, 4096, 14336), (40, 520, 8192)])
+def test_stream_k_splits_long_k(m, n, k, seed):
+    """Few output tiles and a long K: stream-K splits K across CTAs and reduces the partial tiles."""
+    check(m, n, k, torch.bfloat16, config="swap_streamk", seed=seed)
 
 
 @pytest.mark.parametrize("a_dtype,b_dtype", [(F8, E5), (E5, E5), (E5, F8)])

@@ -11,7 +11,7 @@
 //   M  > 128     kLarge       128 x 128 tiles, 2x1 cluster, cooperative
 //
 // fp32 output has kLarge and kSwapMedium only; E5M2 operands (fp32 output) kLarge only.
-// kLargePingpong and kWide (bf16 only) are candidates for M > 128, not yet chosen.
+// kWideFastAccum and kSwapStreamK (bf16 only) are tuning candidates, not yet chosen.
 #include <cstdint>
 
 #include "fp8ext/scaled_mm.h"
@@ -29,7 +29,7 @@ int64_t element_bytes(DType d) { return d == DType::kFloat32 ? 4 : 2; }
 // The configurations instantiated for each type combination (see the header).
 bool has_config(const ScaledMmProblem& p, GemmConfig c) {
   const bool e4m3 = p.a_format == Fp8Format::kE4M3 && p.b_format == Fp8Format::kE4M3;
-  if (c == GemmConfig::kLargePingpong || c == GemmConfig::kWide) return e4m3 && p.d_dtype == DType::kBFloat16;
+  if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kSwapStreamK) return e4m3 && p.d_dtype == DType::kBFloat16;
   if (e4m3 && p.d_dtype != DType::kFloat32) return c != GemmConfig::kAuto;
   if (e4m3) return c == GemmConfig::kLarge || c == GemmConfig::kSwapMedium;
   return p.d_dtype == DType::kFloat32 && c == GemmConfig::kLarge &&
@@ -55,8 +55,8 @@ bool with_kernel(const ScaledMmProblem& p, GemmConfig c, Fn&& fn) {
         if (c == GemmConfig::kSwapSmall) fn(Kernel<E4, E4, D, GemmConfig::kSwapSmall>{});
       }
       if constexpr (D == DType::kBFloat16) {
-        if (c == GemmConfig::kLargePingpong) fn(Kernel<E4, E4, D, GemmConfig::kLargePingpong>{});
-        if (c == GemmConfig::kWide) fn(Kernel<E4, E4, D, GemmConfig::kWide>{});
+        if (c == GemmConfig::kWideFastAccum) fn(Kernel<E4, E4, D, GemmConfig::kWideFastAccum>{});
+        if (c == GemmConfig::kSwapStreamK) fn(Kernel<E4, E4, D, GemmConfig::kSwapStreamK>{});
       }
     };
     switch (p.d_dtype) {
@@ -81,8 +81,8 @@ const char* gemm_config_name(GemmConfig config) {
     case GemmConfig::kMedium: return "medium_64x128_pingpong";
     case GemmConfig::kSwapSmall: return "swap_ab_64x16";
     case GemmConfig::kSwapMedium: return "swap_ab_64x64";
-    case GemmConfig::kLargePingpong: return "large_128x128_pingpong";
-    case GemmConfig::kWide: return "wide_128x256_coop";
+    case GemmConfig::kWideFastAccum: return "wide_128x256_coop_fast_accum";
+    case GemmConfig::kSwapStreamK: return "swap_ab_128x16_stream_k";
   }
   return "unknown";
 }

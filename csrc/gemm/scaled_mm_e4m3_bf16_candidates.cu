@@ -1,8 +1,7 @@
-// Tuning candidates for large M (E4M3 x E4M3 -> bf16): not chosen by kAuto until
-// measured against kLarge (bench/bench_gemm.py --configs).
+// Tuning candidates (E4M3 x E4M3 -> bf16): not chosen by kAuto until measured (bench/bench_gemm.py --configs).
 #include "sm90_scaled_mm.cuh"
 
 namespace fp8ext::cuda::gemm {
-template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, GemmConfig::kLargePingpong>;
-template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, GemmConfig::kWide>;
+template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, GemmConfig::kWideFastAccum>;
+template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, GemmConfig::kSwapStreamK>;
 }  // namespace fp8ext::cuda::gemm

@@ -10,6 +10,9 @@
 // which is D row-major; the scales and the bias trade axes accordingly.
 #pragma once
 
+#include <cstdlib>
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
@@ -31,13 +34,14 @@ using namespace cute;
 // epilogue schedules, and whether the problem is swapped. K tiles are 128: the
 // FP8 mainloop promotes the tensor cores' partial sums to fp32 every 4 MMAs of
 // K = 32 (its default interval must divide evenly into a K tile), i.e. every 128.
-template <class Tile_, class Cluster_, class Mainloop_, class Epilogue_, bool kSwap_>
+template <class Tile_, class Cluster_, class Mainloop_, class Epilogue_, bool kSwap_, class Scheduler_ = void>
 struct TileConfig {
   using Tile = Tile_;
   using Cluster = Cluster_;
   using MainloopSchedule = Mainloop_;
   using EpilogueSchedule = Epilogue_;
   static constexpr bool kSwap = kSwap_;
+  using Scheduler = Scheduler_;  // void: CUTLASS's persistent data-parallel scheduler
 };
 
 template <GemmConfig C>
@@ -59,14 +63,43 @@ struct ConfigOf<GemmConfig::kSwapMedium>
     : TileConfig<Shape<_64, _64, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                  cutlass::epilogue::TmaWarpSpecialized, true> {};
 
+// With fp32 promotion a warp group holds two accumulators (the tensor cores'
+// partial sums and the fp32 total), so 64x256 per warp group would spill;
+// fast accumulation keeps one.
 template <>
-struct ConfigOf<GemmConfig::kLargePingpong>
-    : TileConfig<Shape<_128, _128, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                 cutlass::epilogue::TmaWarpSpecialized, false> {};
-template <>
-struct ConfigOf<GemmConfig::kWide>
-    : TileConfig<Shape<_128, _256, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+struct ConfigOf<GemmConfig::kWideFastAccum>
+    : TileConfig<Shape<_128, _256, _128>, Shape<_2, _1, _1>,
+                 cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
                  cutlass::epilogue::TmaWarpSpecializedCooperative, false> {};
+// Stream-K needs the cooperative kernel (two warp groups: 128 columns of N).
+template <>
+struct ConfigOf<GemmConfig::kSwapStreamK>
+    : TileConfig<Shape<_128, _16, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                 cutlass::epilogue::TmaWarpSpecializedCooperative, true, cutlass::gemm::StreamKScheduler> {};
+
+// Run-time knobs for dispatch tuning only (environment, read once per process):
+// FP8EXT_GEMM_SWIZZLE (tile scheduler swizzle, 1/2/4/8), FP8EXT_GEMM_RASTER
+// (0 heuristic, 1 along M, 2 along N), FP8EXT_GEMM_PROMOTION (MMAs of K = 32
+// between fp32 promotions), FP8EXT_GEMM_SPLITS (stream-K: force this many K splits).
+struct TuningOverrides {
+  int swizzle = 1, raster = 0, promotion = 4, splits = 0;
+};
+inline int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+inline const TuningOverrides& tuning_overrides() {
+  static const TuningOverrides t{env_int("FP8EXT_GEMM_SWIZZLE", 1), env_int("FP8EXT_GEMM_RASTER", 0),
+                                 env_int("FP8EXT_GEMM_PROMOTION", 4), env_int("FP8EXT_GEMM_SPLITS", 0)};
+  return t;
+}
+
+// Whether a mainloop's arguments carry the fp32 promotion interval (the FP8
+// mainloop without fast accumulation).
+template <class Args, class = void>
+struct HasPromotionInterval : std::false_type {};
+template <class Args>
+struct HasPromotionInterval<Args, std::void_t<decltype(Args{}.mma_promotion_interval)>> : std::true_type {};
 
 template <Fp8Format F>
 using Fp8Element = conditional_t<F == Fp8Format::kE4M3, cutlass::float_e4m3_t, cutlass::float_e5m2_t>;
@@ -117,7 +150,7 @@ struct Sm90ScaledMm {
       typename Cfg::MainloopSchedule>::CollectiveOp;
 
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
-                                                          CollectiveEpilogue>;
+                                                          CollectiveEpilogue, typename Cfg::Scheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
   static typename Gemm::Arguments arguments(const ScaledMmProblem& p) {
@@ -149,14 +182,29 @@ struct Sm90ScaledMm {
     typename Bias::Arguments bias_args{bias, ElementD(0), {}};
     typename Fusion::Arguments fusion{{row_args, col_args, {}}, {}, bias_args, {}};
 
+    const TuningOverrides& tune = tuning_overrides();
+    typename CollectiveMainloop::Arguments mainloop{a, stride_a, b, stride_b};
+    if constexpr (HasPromotionInterval<typename CollectiveMainloop::Arguments>::value) {
+      mainloop.mma_promotion_interval = static_cast<uint32_t>(tune.promotion);
+    }
     cutlass::KernelHardwareInfo hw;
     cudaGetDevice(&hw.device_id);
     hw.sm_count = sm_count(hw.device_id);
-    return typename Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGemm,
-                                    {m, n, k, 1},
-                                    {a, stride_a, b, stride_b},
-                                    {fusion, nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d},
-                                    hw};
+    typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                                  {m, n, k, 1},
+                                  mainloop,
+                                  {fusion, nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d},
+                                  hw};
+    using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
+    args.scheduler.max_swizzle_size = tune.swizzle;
+    args.scheduler.raster_order = tune.raster == 1 ? Raster::AlongM : tune.raster == 2 ? Raster::AlongN : Raster::Heuristic;
+    if constexpr (std::is_same_v<typename Cfg::Scheduler, cutlass::gemm::StreamKScheduler>) {
+      if (tune.splits > 0) {
+        args.scheduler.splits = tune.splits;
+        args.scheduler.decomposition_mode = cutlass::gemm::kernel::detail::DecompositionMode::SplitK;
+      }
+    }
+    return args;
   }
 
   static int sm_count(int device) {

@@ -140,8 +140,8 @@ struct Case {
 const Case kCases[] = {{1, 136, 128}, {15, 264, 256}, {17, 136, 384}, {64, 200, 128}, {65, 264, 256},
                        {129, 136, 512}, {300, 520, 256}};
 const GemmConfig kConfigs[] = {GemmConfig::kAuto,      GemmConfig::kLarge,         GemmConfig::kMedium,
-                               GemmConfig::kSwapSmall, GemmConfig::kSwapMedium,    GemmConfig::kLargePingpong,
-                               GemmConfig::kWide};
+                               GemmConfig::kSwapSmall, GemmConfig::kSwapMedium,    GemmConfig::kWideFastAccum,
+                               GemmConfig::kSwapStreamK};
 
 // Hopper's FP8 MMA accumulates with ~14 bits between the kernel's fp32
 // promotions (every 128 of K): ~1-2.5e-4 relative error even with fp32 output.
@@ -252,5 +252,5 @@ FP8EXT_TEST(auto_config_buckets) {
   EXPECT_EQ(int(config_for(1)), int(GemmConfig::kLarge));
   EXPECT_TRUE(!cuda::scaled_mm_has_config(p, GemmConfig::kSwapSmall));
   EXPECT_TRUE(cuda::scaled_mm_has_config(p, GemmConfig::kAuto));
-  EXPECT_TRUE(!cuda::scaled_mm_has_config(p, GemmConfig::kWide));  // candidates: E4M3 -> bf16 only
+  EXPECT_TRUE(!cuda::scaled_mm_has_config(p, GemmConfig::kSwapStreamK));  // candidates: E4M3 -> bf16 only
 }

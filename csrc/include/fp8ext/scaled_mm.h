@@ -47,10 +47,13 @@ enum class GemmConfig : int {
   kMedium = 2,     // 64x128x128 tile, ping-pong
   kSwapSmall = 3,  // swap-AB (D^T = B A^T): 64 columns of N x 16 rows of M per tile (K 128)
   kSwapMedium = 4, // swap-AB: 64 x 64 (K 128)
-  // Tuning candidates for large M, bf16 output only (to be measured against kLarge):
-  kLargePingpong = 5,  // 128x128x128 tile, 2x1 cluster, ping-pong
-  kWide = 6,           // 128x256x128 tile, 2x1 cluster, cooperative
-  kLastConfig = kWide,
+  // Tuning candidates, bf16 output only (measured against the others with
+  // bench/bench_gemm.py --configs):
+  kWideFastAccum = 5,  // 128x256x128 tile, 2x1 cluster, cooperative, FP8 fast accumulation
+                       // (no periodic fp32 promotion: cuBLAS's use_fast_accum class)
+  kSwapStreamK = 6,    // swap-AB, 128 columns of N x 16 rows of M, cooperative, stream-K
+                       // (K split across CTAs so that small-N decode GEMMs fill the GPU)
+  kLastConfig = kSwapStreamK,
 };
 
 const char* gemm_config_name(GemmConfig config);

@@ -10,7 +10,7 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # Tile configurations of the CUDA kernels (GemmConfig in csrc/include/fp8ext/scaled_mm.h);
 # the last two are bf16-output tuning candidates.
 CONFIGS = {"auto": 0, "large": 1, "medium": 2, "swap_small": 3, "swap_medium": 4,
-           "large_pingpong": 5, "wide": 6}
+           "wide_fast_accum": 5, "swap_streamk": 6}
 MAX_CONFIG = max(CONFIGS.values())
 
 
