@@ -1,6 +1,9 @@
 """FP8 GEMM suite (../shared/BENCHMARKING.md): fp8ext.scaled_mm against cuBLASLt
-through torch._scaled_mm (default flags: no fast accumulation, like ours), on
-the same operands in one run, per-tensor and row-wise scales. Rows with M <= 64
+through torch._scaled_mm on the same operands in one run, per-tensor and
+row-wise scales, in both accumulation modes: "promoted" (the default of both:
+fp32 promotion of the partial sums) and "fast" (use_fast_accum=True on both
+sides). The error of each against a float64 reference is measured on a few
+long-K shapes with fp32 output. Rows with M <= 256
 are graph-timed with the weight rotated among copies that together exceed L2;
 unaligned shapes report our time (cuBLAS refuses them) and the slowdown against
 the nearest aligned shape.
@@ -60,32 +63,54 @@ def timed(fn_for_weight, ws, graph):
     return graph_time_ms(call, calls=max(20, len(ws)))
 
 
-def bench_row(m, n, k, row_wise, config="auto", anchor=True):
-    graph = m <= 64
+def bench_row(m, n, k, row_wise, config="auto", anchor=True, fast=False):
+    graph = m <= 256  # under ~50 us: graph-timed, weights rotated past L2
     copies = max(1, math.ceil(2 * L2_BYTES / (n * k))) if graph else 1
     ws = weights(n, k, copies)
     a = (torch.randn(m, k, device="cuda") * 2).to(F8)
     sa, sb = scales(m, n, row_wise)
     ours = lambda w: fp8ext.scaled_mm(a, w, sa.reshape(-1), sb.reshape(-1), out_dtype=torch.bfloat16,  # noqa: E731
-                                      config=config)
-    ref = torch._scaled_mm(a, ws[0].t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16) if anchor else None
+                                      config=config, use_fast_accum=fast)
+    cublas = lambda w: torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,  # noqa: E731
+                                        use_fast_accum=fast)
+    ref = cublas(ws[0]) if anchor else None
     got = ours(ws[0])
     if ref is not None:
         err = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
         if not err < 1e-2:
             raise AssertionError(f"{m}x{n}x{k}: ours differs from cuBLAS by {err:.2e}")
     t_ours = timed(ours, ws, graph)
-    t_anchor = timed(lambda w: torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16),
-                     ws, graph) if anchor else None
+    t_anchor = timed(cublas, ws, graph) if anchor else None
     flops = 2.0 * m * n * k
     row = {"op": "scaled_mm", "shape": f"{m}x{n}x{k}", "scales": "row-wise" if row_wise else "per-tensor",
-           "config": config, "ours_ms": round(t_ours, 5), "ours_TFLOPs": round(flops / t_ours / 1e9, 1),
+           "accumulation": "fast" if fast else "promoted", "config": config, "ours_ms": round(t_ours, 5), "ours_TFLOPs": round(flops / t_ours / 1e9, 1),
            "ours_weight_TBps": round(n * k / t_ours / 1e9, 3),
            "timing": "cuda-graph, weights rotated past L2" if graph else "cuda events"}
     if t_anchor is not None:
-        row.update({"anchor": "torch._scaled_mm (cuBLASLt)", "anchor_ms": round(t_anchor, 5),
+        row.update({"anchor": f"torch._scaled_mm (cuBLASLt, use_fast_accum={fast})", "anchor_ms": round(t_anchor, 5),
                     "anchor_TFLOPs": round(flops / t_anchor / 1e9, 1), "ratio": round(t_anchor / t_ours, 3)})
     return row
+
+
+def accuracy_rows():
+    """Relative Frobenius error against float64, fp32 output, row-wise scales."""
+    rows = []
+    for m, n, k in [(1024, 4096, 14336), (1024, 8192, 28672), (16, 8192, 8192)]:
+        torch.manual_seed(0)
+        a = (torch.randn(m, k, device="cuda") * 2).to(F8)
+        b = (torch.randn(n, k, device="cuda") * 2).to(F8)
+        sa, sb = scales(m, n, True)
+        ref = (a.double() * sa.double()) @ (b.double() * sb.t().double()).t()
+        err = lambda d: round(((d.double() - ref).norm() / ref.norm()).item(), 8)  # noqa: E731
+        row = {"op": "scaled_mm_accuracy", "shape": f"{m}x{n}x{k}", "out_dtype": "float32"}
+        for fast in (False, True):
+            mode = "fast" if fast else "promoted"
+            row[f"ours_{mode}_err"] = err(fp8ext.scaled_mm(a, b, sa.reshape(-1), sb.reshape(-1),
+                                                           out_dtype=torch.float32, use_fast_accum=fast))
+            row[f"cublas_{mode}_err"] = err(torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb,
+                                                             out_dtype=torch.float32, use_fast_accum=fast))
+        rows.append(row)
+    return rows
 
 
 def main():
@@ -100,11 +125,13 @@ def main():
     for layer in layers:
         n, k = NK[layer]
         for m in ms:
-            for row_wise in (False, True):
-                torch.manual_seed(0)
-                rows.append({"layer": layer, **bench_row(m, n, k, row_wise)})
+            for fast in (False, True):
+                for row_wise in (False, True):
+                    torch.manual_seed(0)
+                    rows.append({"layer": layer, **bench_row(m, n, k, row_wise, fast=fast)})
             if args.configs:
-                for config in ("large", "medium", "swap_small", "swap_medium", "wide_fast_accum", "swap_streamk"):
+                for config in (("swap_small", "swap_medium", "medium") if m <= 128
+                               else ("large", "large_n192", "wide_fast_accum")):
                     rows.append({"layer": layer, **bench_row(m, n, k, True, config, anchor=False)})
             torch.cuda.empty_cache()
     for (m, n, k), (am, an, ak) in UNALIGNED:
@@ -116,20 +143,27 @@ def main():
     big = [r for r in rows if "ratio" in r and int(r["shape"].split("x")[0]) >= 1024]
     small = [r for r in rows if "ratio" in r and int(r["shape"].split("x")[0]) <= 64]
     summary = {}
-    for kind in ("per-tensor", "row-wise"):
-        rs = [r["ratio"] for r in big if r["scales"] == kind]
-        if rs:
-            summary[kind] = {"geomean_ratio_m_ge_1024": round(math.exp(sum(map(math.log, rs)) / len(rs)), 3),
-                             "min_ratio_m_ge_1024": min(rs),
-                             "min_weight_TBps_m_le_64": min(r["ours_weight_TBps"] for r in small
-                                                            if r["scales"] == kind)}
+    for mode in ("promoted", "fast"):
+        for kind in ("per-tensor", "row-wise"):
+            rs = [r["ratio"] for r in big if r["scales"] == kind and r["accumulation"] == mode]
+            if rs:
+                summary[f"{kind} {mode}"] = {
+                    "geomean_ratio_m_ge_1024": round(math.exp(sum(map(math.log, rs)) / len(rs)), 3),
+                    "min_ratio_m_ge_1024": min(rs),
+                    "min_weight_TBps_m_le_64": min(r["ours_weight_TBps"] for r in small
+                                                   if r["scales"] == kind and r["accumulation"] == mode)}
+    accuracy = accuracy_rows()
+    rows += accuracy
     rows.append({"op": "summary", **summary})
     path = write_results(args.out, "gemm", rows)
     print(f"wrote {path}")
     print_table([r for r in rows if r.get("op") == "scaled_mm"],
-                ["layer", "shape", "scales", "config", "ours_ms", "anchor_ms", "ratio", "ours_TFLOPs",
+                ["layer", "shape", "scales", "accumulation", "config", "ours_ms", "anchor_ms", "ratio", "ours_TFLOPs",
                  "ours_weight_TBps", "slowdown_vs_aligned"])
-    print(summary)
+    for r in accuracy:
+        print(r)
+    for key, value in summary.items():
+        print(key, value)
 
 
 if __name__ == "__main__":

@@ -69,3 +69,16 @@ def test_compile_fullgraph_matches_eager():
     got = compiled(args["a"], args["b"], args["scale_a"], args["scale_b"], args["bias"])
     want = fp8ext.scaled_mm(**args)
     assert torch.equal(got, want)
+
+
+def test_fast_accumulation_is_only_a_permission_on_cpu():
+    """use_fast_accum allows a less precise kernel; the reference accumulates exactly either way,
+    and the flag traces through torch.compile."""
+    args = _args()
+    want = fp8ext.scaled_mm(**args)
+    assert torch.equal(fp8ext.scaled_mm(**args, use_fast_accum=True), want)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, b, sa, sb: fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=True),
+                             fullgraph=True)
+    assert torch.equal(compiled(args["a"], args["b"], args["scale_a"], args["scale_b"]),
+                       fp8ext.scaled_mm(args["a"], args["b"], args["scale_a"], args["scale_b"]))

@@ -2,16 +2,26 @@
 // tile configuration by M, and maps the runtime formats/dtype to one of the
 // instantiated kernels (scaled_mm_*.cu).
 //
-// Configuration by M for E4M3 x E4M3 (first guesses from the tile shapes, to be
-// replaced by a table of H200 measurements):
+// Configuration by M for E4M3 x E4M3, from H200 measurements (2026-11-29,
+// scripts/device/tune_gemm.py and bench/bench_gemm.py --configs; row-wise scales,
+// bf16 out, graph-timed, weights rotated past L2; us):
 //
 //   M <= 16      kSwapSmall   swap-AB, 64 x 16 x 128 tiles: N fills the MMA's 64 rows
+//                             16x6144x4096: 10.6 (swap_medium 13.3, medium 14.2, stream-K 14.4)
+//                             16x8192x8192: 20.5 (25.0, 25.5, 25.3)
 //   M <= 64      kSwapMedium  swap-AB, 64 x 64 x 128 tiles
-//   M <= 128     kMedium      64 x 128 tiles, ping-pong
-//   M  > 128     kLarge       128 x 128 tiles, 2x1 cluster, cooperative
+//                             64x6144x4096: 11.4 (swap_small 18.4, medium 14.7)
+//   M <= 128     kSwapMedium  when its tiles (N/64 x M/64) fit in one wave on the SMs, else kMedium
+//                             (64 x 128 tiles, ping-pong): 128x4096x4096 12.5 vs 15.7,
+//                             128x4096x14336 27.3 vs 39.0; 128x6144x4096 17.5 vs 15.0,
+//                             128x8192x8192 33.2 vs 27.7
+//   M  > 128     kLarge       128 x 128 tiles, 2x1 cluster, cooperative, fp32 promotion
+//                             every 256 of K (4096x6144x4096: 171 us = 1208 TFLOP/s);
+//                kWideFastAccum with allow_fast_accum (128 x 256 tiles, no promotion:
+//                             156 us = 1323 TFLOP/s)
 //
 // fp32 output has kLarge and kSwapMedium only; E5M2 operands (fp32 output) kLarge only.
-// kWideFastAccum and kSwapStreamK (bf16 only) are tuning candidates, not yet chosen.
+// kWideFastAccum and kLargeN192 (bf16 only) are tuning candidates, not yet chosen.
 #include <cstdint>
 
 #include "fp8ext/scaled_mm.h"
@@ -24,12 +34,24 @@ using gemm::Kernel;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// SMs of the current device (cached per thread and device; 132 on an H200).
+int64_t sm_count() {
+  thread_local int cached_device = -1, cached = 0;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 132;
+  if (device != cached_device) {
+    if (cudaDeviceGetAttribute(&cached, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) cached = 132;
+    cached_device = device;
+  }
+  return cached;
+}
+
 int64_t element_bytes(DType d) { return d == DType::kFloat32 ? 4 : 2; }
 
 // The configurations instantiated for each type combination (see the header).
 bool has_config(const ScaledMmProblem& p, GemmConfig c) {
   const bool e4m3 = p.a_format == Fp8Format::kE4M3 && p.b_format == Fp8Format::kE4M3;
-  if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kSwapStreamK) return e4m3 && p.d_dtype == DType::kBFloat16;
+  if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192) return e4m3 && p.d_dtype == DType::kBFloat16;
   if (e4m3 && p.d_dtype != DType::kFloat32) return c != GemmConfig::kAuto;
   if (e4m3) return c == GemmConfig::kLarge || c == GemmConfig::kSwapMedium;
   return p.d_dtype == DType::kFloat32 && c == GemmConfig::kLarge &&
@@ -56,7 +78,7 @@ bool with_kernel(const ScaledMmProblem& p, GemmConfig c, Fn&& fn) {
       }
       if constexpr (D == DType::kBFloat16) {
         if (c == GemmConfig::kWideFastAccum) fn(Kernel<E4, E4, D, GemmConfig::kWideFastAccum>{});
-        if (c == GemmConfig::kSwapStreamK) fn(Kernel<E4, E4, D, GemmConfig::kSwapStreamK>{});
+        if (c == GemmConfig::kLargeN192) fn(Kernel<E4, E4, D, GemmConfig::kLargeN192>{});
       }
     };
     switch (p.d_dtype) {
@@ -82,7 +104,7 @@ const char* gemm_config_name(GemmConfig config) {
     case GemmConfig::kSwapSmall: return "swap_ab_64x16";
     case GemmConfig::kSwapMedium: return "swap_ab_64x64";
     case GemmConfig::kWideFastAccum: return "wide_128x256_coop_fast_accum";
-    case GemmConfig::kSwapStreamK: return "swap_ab_128x16_stream_k";
+    case GemmConfig::kLargeN192: return "large_128x192_coop";
   }
   return "unknown";
 }
@@ -113,10 +135,12 @@ bool scaled_mm_has_config(const ScaledMmProblem& p, GemmConfig config) {
 }
 
 GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p) {
-  GemmConfig c = GemmConfig::kLarge;
+  GemmConfig c = p.allow_fast_accum && has_config(p, GemmConfig::kWideFastAccum) ? GemmConfig::kWideFastAccum
+                                                                                : GemmConfig::kLarge;
+  const int64_t swap_medium_tiles = ((p.n + 63) / 64) * ((p.m + 63) / 64);
   if (p.m <= 16) c = GemmConfig::kSwapSmall;
   else if (p.m <= 64) c = GemmConfig::kSwapMedium;
-  else if (p.m <= 128) c = GemmConfig::kMedium;
+  else if (p.m <= 128) c = swap_medium_tiles <= sm_count() ? GemmConfig::kSwapMedium : GemmConfig::kMedium;
   if (!has_config(p, c)) c = p.m <= 64 && has_config(p, GemmConfig::kSwapMedium) ? GemmConfig::kSwapMedium
                                                                                  : GemmConfig::kLarge;
   return c;

@@ -141,7 +141,7 @@ const Case kCases[] = {{1, 136, 128}, {15, 264, 256}, {17, 136, 384}, {64, 200, 
                        {129, 136, 512}, {300, 520, 256}};
 const GemmConfig kConfigs[] = {GemmConfig::kAuto,      GemmConfig::kLarge,         GemmConfig::kMedium,
                                GemmConfig::kSwapSmall, GemmConfig::kSwapMedium,    GemmConfig::kWideFastAccum,
-                               GemmConfig::kSwapStreamK};
+                               GemmConfig::kLargeN192};
 
 // Hopper's FP8 MMA accumulates with ~14 bits between the kernel's fp32
 // promotions (every 128 of K): ~1-2.5e-4 relative error even with fp32 output.
@@ -242,9 +242,19 @@ FP8EXT_TEST(auto_config_buckets) {
   EXPECT_EQ(int(config_for(16)), int(GemmConfig::kSwapSmall));
   EXPECT_EQ(int(config_for(17)), int(GemmConfig::kSwapMedium));
   EXPECT_EQ(int(config_for(64)), int(GemmConfig::kSwapMedium));
+  // 65..128: swap-AB 64x64 while its tiles fit in one wave (N = 4096: 128 tiles), else 64x128.
+  EXPECT_EQ(int(config_for(65)), int(GemmConfig::kSwapMedium));
+  EXPECT_EQ(int(config_for(128)), int(GemmConfig::kSwapMedium));
+  p.n = 8192;
   EXPECT_EQ(int(config_for(65)), int(GemmConfig::kMedium));
   EXPECT_EQ(int(config_for(128)), int(GemmConfig::kMedium));
   EXPECT_EQ(int(config_for(129)), int(GemmConfig::kLarge));
+  p.allow_fast_accum = true;  // large M takes the fast-accumulation kernel (bf16 only)
+  EXPECT_EQ(int(config_for(129)), int(GemmConfig::kWideFastAccum));
+  EXPECT_EQ(int(config_for(16)), int(GemmConfig::kSwapSmall));
+  p.d_dtype = DType::kFloat16;
+  EXPECT_EQ(int(config_for(129)), int(GemmConfig::kLarge));
+  p.allow_fast_accum = false;
   p.d_dtype = DType::kFloat32;  // fp32 output: kLarge and kSwapMedium only
   EXPECT_EQ(int(config_for(1)), int(GemmConfig::kSwapMedium));
   EXPECT_EQ(int(config_for(100)), int(GemmConfig::kLarge));
@@ -252,5 +262,5 @@ FP8EXT_TEST(auto_config_buckets) {
   EXPECT_EQ(int(config_for(1)), int(GemmConfig::kLarge));
   EXPECT_TRUE(!cuda::scaled_mm_has_config(p, GemmConfig::kSwapSmall));
   EXPECT_TRUE(cuda::scaled_mm_has_config(p, GemmConfig::kAuto));
-  EXPECT_TRUE(!cuda::scaled_mm_has_config(p, GemmConfig::kSwapStreamK));  // candidates: E4M3 -> bf16 only
+  EXPECT_TRUE(!cuda::scaled_mm_has_config(p, GemmConfig::kLargeN192));  // candidates: E4M3 -> bf16 only
 }

@@ -38,10 +38,11 @@ TORCH_LIBRARY(fp8ext, m) {
   m.def(
       "quantize_per_block(Tensor x, ScalarType dtype, int margin, bool power_of_two, "
       "int pad_k_to) -> (Tensor, Tensor)");
-  // D = (scale_a * scale_b) * (a @ b^T) + bias; config 0 = choose by shape (GemmConfig).
+  // D = (scale_a * scale_b) * (a @ b^T) + bias; config 0 = choose by shape (GemmConfig);
+  // use_fast_accum allows FP8 fast accumulation where it is faster.
   m.def(
       "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, ScalarType out_dtype, "
-      "int config) -> Tensor");
+      "int config, bool use_fast_accum=False) -> Tensor");
 }
 
 extern "C" PyObject* PyInit__C(void) {

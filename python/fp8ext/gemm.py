@@ -10,11 +10,16 @@ from fp8ext.ops.gemm_reference import CONFIGS
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
               out_dtype: torch.dtype = torch.bfloat16, bias: torch.Tensor | None = None,
-              config: str = "auto") -> torch.Tensor:
+              config: str = "auto", use_fast_accum: bool = False) -> torch.Tensor:
     """``D = (scale_a * A) @ (scale_b * B)^T + bias``.
 
-    The tensor cores' partial sums are promoted to float32 every 128 of K (no
-    FP8 fast accumulation: the precision class of ``torch._scaled_mm``'s default).
+    By default the tensor cores' partial sums are promoted to float32 every 128
+    (small M) or 256 (large M) of K: the precision class of ``torch._scaled_mm``'s
+    default (on the H200 the error against a float64 reference equals cuBLAS's).
+    ``use_fast_accum=True`` allows FP8 fast accumulation where it is faster
+    (bf16 output, M > 128: a 128x256-tile kernel without promotion, like
+    ``torch._scaled_mm(use_fast_accum=True)`` and Transformer Engine's forward
+    GEMMs), at a somewhat larger error that grows with K.
 
     Args:
         a: ``[M, K]`` float8 (``float8_e4m3fn`` or ``float8_e5m2``), the activation.
@@ -24,6 +29,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
         out_dtype: ``torch.bfloat16``, ``torch.float16`` or ``torch.float32``.
         bias: optional ``[N]`` in ``out_dtype``, added in the epilogue.
         config: ``"auto"`` (tile shape chosen by M) or one of :data:`CONFIGS`, for tuning.
+        use_fast_accum: allow FP8 fast accumulation (see above).
 
     On H100/H200 this runs CUTLASS sm_90a kernels (no host synchronisation,
     CUDA-graph capturable); on the CPU and on other GPUs, a PyTorch reference.
@@ -44,5 +50,5 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     if isinstance(a, torch.Tensor) and a.is_cuda and _native.GEMM_KERNELS_BUILT \
             and not _native.gemm_kernels_run_on(a.device.index or 0):
         _native.warn_reference_fallback("scaled_mm", a.device)
-        return gemm_reference.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, cfg)
-    return torch.ops.fp8ext.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, cfg)
+        return gemm_reference.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, cfg, use_fast_accum)
+    return torch.ops.fp8ext.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, cfg, bool(use_fast_accum))

@@ -38,6 +38,10 @@ struct ScaledMmProblem {
   void* d;
   DType d_dtype;
   int64_t ldd;
+  // Allow FP8 fast accumulation (no periodic fp32 promotion of the tensor
+  // cores' partial sums) where it is faster: kAuto then picks kWideFastAccum for
+  // large M. The small-M kernels always promote (they are memory-bound).
+  bool allow_fast_accum = false;
 };
 
 // The tile configurations (chosen by M; see the table in scaled_mm_dispatch.cu).
@@ -51,9 +55,8 @@ enum class GemmConfig : int {
   // bench/bench_gemm.py --configs):
   kWideFastAccum = 5,  // 128x256x128 tile, 2x1 cluster, cooperative, FP8 fast accumulation
                        // (no periodic fp32 promotion: cuBLAS's use_fast_accum class)
-  kSwapStreamK = 6,    // swap-AB, 128 columns of N x 16 rows of M, cooperative, stream-K
-                       // (K split across CTAs so that small-N decode GEMMs fill the GPU)
-  kLastConfig = kSwapStreamK,
+  kLargeN192 = 6,      // 128x192x128 tile, 2x1 cluster, cooperative (fewer, larger tiles than kLarge)
+  kLastConfig = kLargeN192,
 };
 
 const char* gemm_config_name(GemmConfig config);

@@ -65,7 +65,7 @@ cudaError_t launch(const cuda::ScaledMmProblem& p, int64_t config, const at::Ten
 
 at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                           const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
-                          at::ScalarType out_dtype, int64_t config) {
+                          at::ScalarType out_dtype, int64_t config, bool use_fast_accum) {
   TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "a and b must be 2-D ([M, K] and [N, K]), got ", a.dim(),
                     "-D and ", b.dim(), "-D");
   const Fp8Format fa = to_fp8_format(a.scalar_type(), "a");
@@ -125,7 +125,8 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
                           km, kn16, k16,
                           row_scale.data_ptr<float>(), row_vec,
                           col_scale.data_ptr<float>(), col_vec,
-                          fused_bias ? kbias.data_ptr() : nullptr, d.data_ptr(), to_dtype(d, "out"), kn16};
+                          fused_bias ? kbias.data_ptr() : nullptr, d.data_ptr(), to_dtype(d, "out"), kn16,
+                          use_fast_accum};
   if (const char* why = cuda::scaled_mm_unsupported_reason(p)) TORCH_CHECK_VALUE(false, "fp8ext.scaled_mm: ", why);
   TORCH_CHECK_VALUE(cuda::scaled_mm_has_config(p, static_cast<GemmConfig>(config)), "fp8ext.scaled_mm: config ",
                     cuda::gemm_config_name(static_cast<GemmConfig>(config)),

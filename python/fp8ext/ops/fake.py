@@ -61,5 +61,5 @@ def _quantize_per_block(x, dtype, margin, power_of_two, pad_k_to):
 
 
 @torch.library.register_fake("fp8ext::scaled_mm")
-def _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, config):
+def _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, config, use_fast_accum=False):
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)

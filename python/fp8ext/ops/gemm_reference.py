@@ -8,9 +8,9 @@ import torch
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # Tile configurations of the CUDA kernels (GemmConfig in csrc/include/fp8ext/scaled_mm.h);
-# the last two are bf16-output tuning candidates.
+# the last two are bf16-output only.
 CONFIGS = {"auto": 0, "large": 1, "medium": 2, "swap_small": 3, "swap_medium": 4,
-           "wide_fast_accum": 5, "swap_streamk": 6}
+           "wide_fast_accum": 5, "large_n192": 6}
 MAX_CONFIG = max(CONFIGS.values())
 
 
@@ -57,9 +57,10 @@ def check_scaled_mm_args(a, b, scale_a, scale_b, bias, out_dtype, config) -> Non
                              f"on {bias.device}")
 
 
-def scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, config):
+def scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, config, use_fast_accum=False):
     """D = (scale_a * scale_b) * (a @ b^T) + bias, accumulated in float32 (FP8
-    products are exact there), rounded once to out_dtype."""
+    products are exact there), rounded once to out_dtype. use_fast_accum only
+    allows a faster, less precise accumulation: the reference ignores it."""
     check_scaled_mm_args(a, b, scale_a, scale_b, bias, out_dtype, config)
     acc = a.float() @ b.float().t()
     sa = scale_a.reshape(-1, 1) if scale_a.numel() > 1 else scale_a.reshape(())
