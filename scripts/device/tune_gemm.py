@@ -1,6 +1,6 @@
 """Dispatch tuning for scaled_mm on the GPU: times tile configurations under the
 run-time knobs of csrc/gemm/sm90_scaled_mm.cuh (FP8EXT_GEMM_SWIZZLE, _RASTER,
-_PROMOTION, _SPLITS; read once per process, so every setting runs in its own
+_PROMOTION; read once per process, so every setting runs in its own
 child process) next to cuBLAS, and measures each variant's error against a
 float64 reference.
 
@@ -24,11 +24,9 @@ DECODE = [(16, 6144, 4096), (16, 4096, 4096), (16, 4096, 14336), (16, 8192, 8192
 SETTINGS = [({}, "large", LARGE)]
 SETTINGS += [({"FP8EXT_GEMM_SWIZZLE": str(s)}, "large", LARGE) for s in (2, 4, 8)]
 SETTINGS += [({"FP8EXT_GEMM_RASTER": str(r)}, "large", LARGE) for r in (1, 2)]
-SETTINGS += [({"FP8EXT_GEMM_PROMOTION": "8"}, "large", LARGE),
-             ({"FP8EXT_GEMM_PROMOTION": "8", "FP8EXT_GEMM_SWIZZLE": "4"}, "large", LARGE)]
-SETTINGS += [({}, "wide_fast_accum", LARGE), ({"FP8EXT_GEMM_SWIZZLE": "4"}, "wide_fast_accum", LARGE)]
-SETTINGS += [({}, c, DECODE) for c in ("swap_small", "swap_medium", "medium", "swap_streamk")]
-SETTINGS += [({"FP8EXT_GEMM_SPLITS": str(s)}, "swap_streamk", DECODE) for s in (2, 4, 8)]
+SETTINGS += [({"FP8EXT_GEMM_PROMOTION": p}, "large", LARGE) for p in ("4", "16")]
+SETTINGS += [({}, "large_n192", LARGE), ({}, "wide_fast_accum", LARGE)]
+SETTINGS += [({}, c, DECODE) for c in ("swap_small", "swap_medium", "medium")]
 
 
 def child(config: str, shapes: list, anchor: bool) -> list:
