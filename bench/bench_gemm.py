@@ -92,6 +92,15 @@ def bench_row(m, n, k, row_wise, config="auto", anchor=True, fast=False):
     return row
 
 
+def configs_to_time(m):
+    """Tile configurations worth timing at this M (--configs)."""
+    if m <= 128:
+        return ("swap_small", "swap_medium", "medium")
+    if m < 1024:
+        return ("swap_medium", "medium", "large", "large_n192", "wide_fast_accum")
+    return ("large", "large_n192", "wide_fast_accum")
+
+
 def accuracy_rows():
     """Relative Frobenius error against float64, fp32 output, row-wise scales."""
     rows = []
@@ -130,9 +139,9 @@ def main():
                     torch.manual_seed(0)
                     rows.append({"layer": layer, **bench_row(m, n, k, row_wise, fast=fast)})
             if args.configs:
-                for config in (("swap_small", "swap_medium", "medium") if m <= 128
-                               else ("large", "large_n192", "wide_fast_accum")):
-                    rows.append({"layer": layer, **bench_row(m, n, k, True, config, anchor=False)})
+                for mc in [m] + ([512] if m == 256 else []):  # 512: between the suite's 256 and 1024
+                    for config in configs_to_time(mc):
+                        rows.append({"layer": layer, **bench_row(mc, n, k, True, config, anchor=False)})
             torch.cuda.empty_cache()
         write_results(args.out, "gemm", rows)  # partial results survive a time limit
     for (m, n, k), (am, an, ak) in UNALIGNED:

@@ -16,12 +16,16 @@
 //                             128x4096x14336 27.3 vs 39.0; 128x6144x4096 17.5 vs 15.0,
 //                             128x8192x8192 33.2 vs 27.7
 //   M  > 128     kLarge       128 x 128 tiles, 2x1 cluster, cooperative, fp32 promotion
-//                             every 256 of K (4096x6144x4096: 171 us = 1208 TFLOP/s);
-//                kWideFastAccum with allow_fast_accum (128 x 256 tiles, no promotion:
-//                             156 us = 1323 TFLOP/s)
+//                             every 256 of K (4096x6144x4096: 171 us = 1208 TFLOP/s)
+//                kLargeN192   128 x 192 tiles for M >= 4096 and N >= 6144 (bf16):
+//                             4096x57344x8192 3076 us vs 3296, 4096x8192x28672 1495 vs 1612,
+//                             4096x6144x4096 165 vs 172; but 4096x4096x14336 379 vs 358
+//                kWideFastAccum with allow_fast_accum (bf16): 128 x 256 tiles, no promotion
+//                             (4096x6144x4096: 156 us = 1323 TFLOP/s), unless the last wave
+//                             would be > 10% idle (see large_m_config)
 //
 // fp32 output has kLarge and kSwapMedium only; E5M2 operands (fp32 output) kLarge only.
-// kWideFastAccum and kLargeN192 (bf16 only) are tuning candidates, not yet chosen.
+// kWideFastAccum and kLargeN192 are instantiated for bf16 only.
 #include <cstdint>
 
 #include "fp8ext/scaled_mm.h"
@@ -94,6 +98,28 @@ bool with_kernel(const ScaledMmProblem& p, GemmConfig c, Fn&& fn) {
   return true;
 }
 
+// Share of the SMs' tile slots that `tiles` keep busy over the waves they need.
+double wave_efficiency(int64_t tiles) {
+  const int64_t sms = sm_count();
+  return static_cast<double>(tiles) / static_cast<double>(((tiles + sms - 1) / sms) * sms);
+}
+
+int64_t tiles(const ScaledMmProblem& p, int64_t tile_m, int64_t tile_n) {
+  return ((p.m + tile_m - 1) / tile_m) * ((p.n + tile_n - 1) / tile_n);
+}
+
+// M > 128. Promoted: 128x192 tiles for M >= 4096 and N >= 6144 (3-9% faster
+// than 128x128 there, slower at N = 4096 and M = 1024), else 128x128. With fast
+// accumulation allowed, 128x256 tiles (~10% faster per tile) unless they leave
+// more than a tenth of the last wave idle (1024x6144: 192 tiles on 132 SMs,
+// 50.4 us against 128x128's 44.3).
+GemmConfig large_m_config(const ScaledMmProblem& p) {
+  if (p.allow_fast_accum && has_config(p, GemmConfig::kWideFastAccum) && wave_efficiency(tiles(p, 128, 256)) >= 0.9)
+    return GemmConfig::kWideFastAccum;
+  if (p.m >= 4096 && p.n >= 6144 && has_config(p, GemmConfig::kLargeN192)) return GemmConfig::kLargeN192;
+  return GemmConfig::kLarge;
+}
+
 }  // namespace
 
 const char* gemm_config_name(GemmConfig config) {
@@ -135,9 +161,8 @@ bool scaled_mm_has_config(const ScaledMmProblem& p, GemmConfig config) {
 }
 
 GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p) {
-  GemmConfig c = p.allow_fast_accum && has_config(p, GemmConfig::kWideFastAccum) ? GemmConfig::kWideFastAccum
-                                                                                : GemmConfig::kLarge;
-  const int64_t swap_medium_tiles = ((p.n + 63) / 64) * ((p.m + 63) / 64);
+  GemmConfig c = large_m_config(p);
+  const int64_t swap_medium_tiles = tiles(p, 64, 64);
   if (p.m <= 16) c = GemmConfig::kSwapSmall;
   else if (p.m <= 64) c = GemmConfig::kSwapMedium;
   else if (p.m <= 128) c = swap_medium_tiles <= sm_count() ? GemmConfig::kSwapMedium : GemmConfig::kMedium;

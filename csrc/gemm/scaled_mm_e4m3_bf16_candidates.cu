@@ -1,4 +1,5 @@
-// Tuning candidates (E4M3 x E4M3 -> bf16): not chosen by kAuto until measured (bench/bench_gemm.py --configs).
+// Large-M kernels instantiated for bf16 output only (E4M3 x E4M3): 128x192 tiles,
+// and 128x256 tiles with FP8 fast accumulation.
 #include "sm90_scaled_mm.cuh"
 
 namespace fp8ext::cuda::gemm {

@@ -249,11 +249,16 @@ FP8EXT_TEST(auto_config_buckets) {
   EXPECT_EQ(int(config_for(65)), int(GemmConfig::kMedium));
   EXPECT_EQ(int(config_for(128)), int(GemmConfig::kMedium));
   EXPECT_EQ(int(config_for(129)), int(GemmConfig::kLarge));
-  p.allow_fast_accum = true;  // large M takes the fast-accumulation kernel (bf16 only)
-  EXPECT_EQ(int(config_for(129)), int(GemmConfig::kWideFastAccum));
+  EXPECT_EQ(int(config_for(4096)), int(GemmConfig::kLargeN192));  // M >= 4096, N >= 6144
+  p.allow_fast_accum = true;  // 128x256 fast-accumulation tiles when they fill the waves (bf16 only)
+  EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kWideFastAccum));  // 256 tiles on 132 SMs
   EXPECT_EQ(int(config_for(16)), int(GemmConfig::kSwapSmall));
+  p.n = 6144;
+  EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kLarge));  // 192 tiles: a wave 45% idle
+  p.n = 8192;
   p.d_dtype = DType::kFloat16;
-  EXPECT_EQ(int(config_for(129)), int(GemmConfig::kLarge));
+  EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kLarge));
+  EXPECT_EQ(int(config_for(4096)), int(GemmConfig::kLarge));
   p.allow_fast_accum = false;
   p.d_dtype = DType::kFloat32;  // fp32 output: kLarge and kSwapMedium only
   EXPECT_EQ(int(config_for(1)), int(GemmConfig::kSwapMedium));

@@ -40,7 +40,8 @@ struct ScaledMmProblem {
   int64_t ldd;
   // Allow FP8 fast accumulation (no periodic fp32 promotion of the tensor
   // cores' partial sums) where it is faster: kAuto then picks kWideFastAccum for
-  // large M. The small-M kernels always promote (they are memory-bound).
+  // large M with bf16 output. The small-M kernels always promote (they are
+  // memory-bound).
   bool allow_fast_accum = false;
 };
 
@@ -51,8 +52,7 @@ enum class GemmConfig : int {
   kMedium = 2,     // 64x128x128 tile, ping-pong
   kSwapSmall = 3,  // swap-AB (D^T = B A^T): 64 columns of N x 16 rows of M per tile (K 128)
   kSwapMedium = 4, // swap-AB: 64 x 64 (K 128)
-  // Tuning candidates, bf16 output only (measured against the others with
-  // bench/bench_gemm.py --configs):
+  // bf16 output only:
   kWideFastAccum = 5,  // 128x256x128 tile, 2x1 cluster, cooperative, FP8 fast accumulation
                        // (no periodic fp32 promotion: cuBLAS's use_fast_accum class)
   kLargeN192 = 6,      // 128x192x128 tile, 2x1 cluster, cooperative (fewer, larger tiles than kLarge)
