@@ -2,7 +2,7 @@
 
 Formats (:mod:`fp8ext.formats`), scaling recipes (:mod:`fp8ext.recipes`),
 device-side scaling state (:class:`ScalingState`), the quantize API and the
-FP8 GEMM (:func:`scaled_mm`).
+FP8 GEMM (:func:`scaled_mm`), the drop-in :class:`FP8Linear` and :func:`convert`.
 Native ops are registered under ``torch.ops.fp8ext``.
 """
 from fp8ext import _native  # noqa: F401  (loads the ops first)
@@ -10,6 +10,8 @@ from fp8ext import ops  # noqa: F401  (fake and fallback implementations)
 from fp8ext import formats, recipes
 from fp8ext.formats import E4M3, E5M2, FP8Format
 from fp8ext.gemm import scaled_mm
+from fp8ext import nn
+from fp8ext.nn import FP8Linear, convert
 from fp8ext.quantize import dequantize, quantize
 from fp8ext.recipes import BlockWise, CurrentScaling, DelayedScaling, PerTensorStatic, Recipe, RowWise
 from fp8ext.scaling_state import ScalingState
@@ -18,7 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "E4M3", "E5M2", "FP8Format", "formats", "recipes", "Recipe", "CurrentScaling", "DelayedScaling",
-    "PerTensorStatic", "RowWise", "BlockWise", "ScalingState", "quantize", "dequantize", "scaled_mm", "info",
+    "PerTensorStatic", "RowWise", "BlockWise", "ScalingState", "quantize", "dequantize", "scaled_mm", "nn", "FP8Linear", "convert", "info",
 ]
 
 

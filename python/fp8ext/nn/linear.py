@@ -1,0 +1,130 @@
+"""FP8Linear: a drop-in ``nn.Linear`` whose weight is stored in FP8 and whose
+matmul runs as an FP8 GEMM (:func:`fp8ext.scaled_mm`)."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from fp8ext import gemm, quantize as quantize_api
+from fp8ext.recipes import CurrentScaling, Recipe
+from fp8ext.scaling_state import ScalingState
+
+# K is stored padded to this multiple (zeros), so the GEMM never takes its padded path for K.
+K_ALIGN = 16
+# Tensors that keep their dtype when the module is cast (.to(dtype), .half(), ...).
+_FP8_STATE = ("weight", "weight_scale", "input_scale", "amax_history")
+
+
+class FP8Linear(nn.Module):
+    """``y = x @ W^T + b`` with W in FP8 and x quantized on the fly, as ``recipe`` says.
+
+    Same constructor and forward contract as :class:`torch.nn.Linear`: any
+    leading batch dims; bf16, fp16 or fp32 input, output in the input's dtype.
+    The weight is quantized once (per-tensor, per-channel or 128x128 blocks) and
+    kept as an FP8 buffer ``weight`` [out_features, K padded to 16] with its
+    float32 ``weight_scale``. Activation scaling follows the recipe: current
+    (per-tensor, per-token or 1x128 groups), static (``input_scale``, set by
+    calibration or by hand) or delayed (``amax_history`` and ``input_scale``
+    updated on the device at every call; no host synchronisation).
+
+    ``.to(dtype)``, ``.half()``, ``.bfloat16()`` cast the bias only: the FP8
+    weight and the float32 scales keep their dtypes (device moves apply to all).
+
+    Without a GPU the same module runs through the exact CPU reference. The
+    block-wise recipe computes through a dequantizing reference path until the
+    block-wise GEMM lands (issue 5).
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
+                 recipe: Recipe | None = None):
+        super().__init__()
+        linear = nn.Linear(in_features, out_features, bias, device=device, dtype=torch.float32)
+        self._init_from(linear.weight.detach(), linear.bias.detach() if bias else None,
+                        recipe if recipe is not None else CurrentScaling(),
+                        dtype if dtype is not None else torch.get_default_dtype())
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, recipe: Recipe | None = None) -> "FP8Linear":
+        """Quantizes an existing ``nn.Linear`` (its weight's dtype becomes the bias/compute dtype)."""
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"linear must be a torch.nn.Linear, got {type(linear).__name__}")
+        module = cls.__new__(cls)
+        nn.Module.__init__(module)
+        w = linear.weight.detach()
+        if w.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise TypeError(f"linear.weight must be float32, float16 or bfloat16, got {w.dtype}")
+        module._init_from(w, None if linear.bias is None else linear.bias.detach(),
+                          recipe if recipe is not None else CurrentScaling(), w.dtype)
+        return module
+
+    def _init_from(self, weight: torch.Tensor, bias, recipe: Recipe, dtype: torch.dtype) -> None:
+        if not isinstance(recipe, Recipe):
+            raise TypeError(f"recipe must be a fp8ext.recipes.Recipe, got {type(recipe).__name__}")
+        self.out_features, self.in_features = weight.shape
+        self.recipe = recipe
+        q, s = quantize_api.quantize(weight, recipe, "weight", pad_k_to=K_ALIGN)
+        self.register_buffer("weight", q)
+        self.register_buffer("weight_scale", s)
+        self.bias = None if bias is None else nn.Parameter(bias.to(dtype).clone(), requires_grad=False)
+        if recipe.activation_mode == "static":
+            self.register_buffer("input_scale", torch.ones((), dtype=torch.float32, device=q.device))
+        elif recipe.activation_mode == "delayed":
+            self.register_buffer("input_scale", torch.ones((), dtype=torch.float32, device=q.device))
+            self.register_buffer("amax_history", torch.zeros(recipe.amax_history_len, dtype=torch.float32,
+                                                             device=q.device))
+
+    def _activation_state(self) -> ScalingState | None:
+        if self.recipe.activation_mode == "static":  # static scaling never reads the history
+            return ScalingState(self.input_scale.reshape(1), self.input_scale)
+        if self.recipe.activation_mode == "delayed":
+            return ScalingState(self.amax_history, self.input_scale)
+        return None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() < 1 or x.shape[-1] != self.in_features:
+            raise ValueError(f"x must be [..., {self.in_features}], got shape {tuple(x.shape)}")
+        lead = x.shape[:-1]
+        x2 = x.reshape(math.prod(lead), self.in_features)
+        q, s = quantize_api.quantize(x2, self.recipe, "activation", state=self._activation_state(),
+                                     pad_k_to=K_ALIGN)
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        if self.recipe.weight_granularity == "block":
+            y = _blockwise_reference(q, s, self.weight, self.weight_scale, self.in_features, bias, x.dtype)
+        else:
+            y = gemm.scaled_mm(q, self.weight, s, self.weight_scale, out_dtype=x.dtype, bias=bias)
+        return y.reshape(*lead, self.out_features)
+
+    def _apply(self, fn, recurse=True):
+        # Casts (.to(dtype), .half(), ...) must not touch the FP8 weight or its
+        # float32 scales: hide them from nn.Module._apply, then move them to the
+        # device fn moves tensors to (read off an empty probe).
+        probe = fn(torch.empty(0, device=self.weight.device))
+        hidden = {name: self._buffers[name] for name in _FP8_STATE if self._buffers.get(name) is not None}
+        for name in hidden:
+            self._buffers[name] = None
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            for name, t in hidden.items():
+                self._buffers[name] = t.to(probe.device)
+        return self
+
+    def extra_repr(self) -> str:
+        r = self.recipe
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"weight={r.weight_format.name}/{r.weight_granularity}, activation={r.activation_format.name}/"
+                f"{r.activation_mode}/{r.activation_granularity}")
+
+
+def _blockwise_reference(q, s, weight, weight_scale, k, bias, out_dtype):
+    """Block-wise scales through dequantization and a float32 matmul (exact FP8 emulation)."""
+    a = quantize_api.dequantize(q, s, "group", cols=k)
+    w = quantize_api.dequantize(weight, weight_scale, "block", cols=k)
+    y = a @ w.t()
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(out_dtype)

@@ -1,0 +1,247 @@
+"""FP8Linear and convert: drop-in parity with nn.Linear, dtype/device moves,
+state_dict round trips, conversion rules, torch.compile. CPU tests run the exact
+reference path; the gpu-marked ones compare the CUDA path to it."""
+import pytest
+import torch
+from torch import nn
+
+import fp8ext
+from fp8ext import BlockWise, CurrentScaling, DelayedScaling, PerTensorStatic, RowWise
+from fp8ext.nn import FP8Linear, convert
+
+RECIPES = {"current": CurrentScaling(), "row": RowWise(), "block": BlockWise(), "delayed": DelayedScaling(),
+           "static": PerTensorStatic()}
+# Relative Frobenius error of a W8A8 E4M3 linear against float64 on Gaussian data:
+# two operands at ~2^-4 relative rounding each, averaged over K.
+W8A8_TOLERANCE = 0.06
+
+
+def emulate(linear: nn.Linear, x: torch.Tensor, recipe) -> torch.Tensor:
+    """float64 reference of the FP8 linear: quantize both operands as the recipe says, dequantize, matmul."""
+    w = linear.weight.detach()
+    qw, sw = fp8ext.quantize(w, recipe, "weight")
+    wd = fp8ext.dequantize(qw, sw, "block" if recipe.weight_granularity == "block" else None).double()
+    x2 = x.reshape(-1, x.shape[-1])
+    if recipe.activation_mode == "current":
+        qx, sx = fp8ext.quantize(x2, recipe, "activation")
+        xd = fp8ext.dequantize(qx, sx, "group" if recipe.activation_granularity == "group" else None).double()
+    else:  # a fresh delayed state and an uncalibrated static one both quantize with scale 1
+        xd = x2.float().to(recipe.activation_format.torch_dtype).double()
+    y = xd @ wd.t()
+    if linear.bias is not None:
+        y = y + linear.bias.detach().double()
+    return y.reshape(*x.shape[:-1], w.shape[0])
+
+
+def rel_error(got, want):
+    return ((got.double() - want).norm() / want.norm()).item()
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+@pytest.mark.parametrize("k,n", [(64, 48), (100, 30), (130, 257)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_matches_fp8_emulation(recipe, k, n, bias, seed):
+    r = RECIPES[recipe]
+    linear = nn.Linear(k, n, bias=bias)
+    x = torch.randn(2, 3, k) * (0.5 if r.activation_mode != "current" else 3.0)
+    layer = FP8Linear.from_linear(linear, r)
+    y = layer(x)
+    assert y.shape == (2, 3, n) and y.dtype == torch.float32
+    want = emulate(linear, x, r)
+    assert rel_error(y, want) < 1e-5, "the CPU path computes the emulated function (fp32 accumulation)"
+    assert rel_error(y, linear(x).double()) < W8A8_TOLERANCE
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_output_follows_input_dtype(dtype, seed):
+    linear = nn.Linear(64, 32).to(dtype)
+    layer = FP8Linear.from_linear(linear, RowWise())
+    x = torch.randn(5, 64, dtype=dtype)
+    y = layer(x)
+    assert y.dtype == dtype and y.shape == (5, 32)
+    assert rel_error(y, linear(x).double()) < W8A8_TOLERANCE
+    assert layer(x.float()).dtype == torch.float32  # any supported input dtype works
+
+
+def test_constructor_like_nn_linear():
+    layer = FP8Linear(96, 40, bias=False, dtype=torch.bfloat16, recipe=RowWise())
+    assert (layer.in_features, layer.out_features, layer.bias) == (96, 40, None)
+    assert layer.weight.dtype == torch.float8_e4m3fn and layer.weight.shape == (40, 96)
+    assert layer.weight_scale.shape == (40,) and layer.weight_scale.dtype == torch.float32
+    assert layer(torch.randn(7, 96, dtype=torch.bfloat16)).shape == (7, 40)
+    assert FP8Linear(20, 10).weight.shape == (10, 32), "K is stored padded to 16"
+    assert "e4m3/per_channel" in repr(layer)
+
+
+@pytest.mark.parametrize("cast", ["to_bf16", "half", "bfloat16", "float", "double"])
+def test_casts_keep_fp8_weight_and_float32_scales(cast):
+    layer = FP8Linear.from_linear(nn.Linear(32, 16), DelayedScaling(amax_history_len=4))
+    before = {k: v.clone() for k, v in layer.state_dict().items()}
+    layer = layer.to(torch.bfloat16) if cast == "to_bf16" else getattr(layer, cast)()
+    assert layer.weight.dtype == torch.float8_e4m3fn and torch.equal(layer.weight.view(torch.uint8),
+                                                                     before["weight"].view(torch.uint8))
+    for name in ("weight_scale", "input_scale", "amax_history"):
+        assert getattr(layer, name).dtype == torch.float32
+    want = {"to_bf16": torch.bfloat16, "half": torch.float16, "bfloat16": torch.bfloat16, "float": torch.float32,
+            "double": torch.float64}[cast]
+    assert layer.bias.dtype == want
+
+
+def test_model_to_dtype_keeps_converted_layers_fp8():
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
+    convert(model, RowWise())
+    model.to(torch.bfloat16)
+    assert all(m.weight.dtype == torch.float8_e4m3fn for m in model if isinstance(m, FP8Linear))
+    assert model(torch.randn(3, 32, dtype=torch.bfloat16)).dtype == torch.bfloat16
+
+
+def test_delayed_scaling_history_advances_each_call():
+    layer = FP8Linear.from_linear(nn.Linear(16, 8), DelayedScaling(amax_history_len=3))
+    x1, x2 = torch.full((4, 16), 2.0), torch.full((4, 16), -5.0)
+    layer(x1)
+    layer(x2)
+    assert torch.equal(layer.amax_history, torch.tensor([5.0, 2.0, 0.0]))
+    assert layer.input_scale.item() == pytest.approx(5.0 / 448.0)
+
+
+def test_static_scale_is_used():
+    layer = FP8Linear.from_linear(nn.Linear(16, 8, bias=False), PerTensorStatic())
+    x = torch.randn(4, 16) * 1000
+    coarse = layer(x)  # scale 1: values beyond 448 saturate
+    layer.input_scale.fill_(x.abs().max().item() / 448.0)
+    fine = layer(x)
+    ref = nn.functional.linear(x, fp8ext.dequantize(layer.weight, layer.weight_scale, cols=16))
+    assert rel_error(fine, ref.double()) < W8A8_TOLERANCE < rel_error(coarse, ref.double())
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_state_dict_round_trip_is_bit_identical(recipe, tmp_path, seed):
+    r = RECIPES[recipe]
+    src = FP8Linear.from_linear(nn.Linear(100, 24), r)
+    if r.activation_mode == "static":
+        src.input_scale.fill_(0.01)
+    x = torch.randn(3, 100)
+    from safetensors.torch import load_file, save_file
+
+    path = tmp_path / "layer.safetensors"
+    save_file(src.state_dict(), str(path))
+    dst = FP8Linear(100, 24, recipe=r)
+    dst.load_state_dict(load_file(str(path)))
+    assert torch.equal(src(x), dst(x))
+
+
+def test_bad_input_raises_clear_errors():
+    layer = FP8Linear(16, 8)
+    with pytest.raises(ValueError, match=r"x must be \[\.\.\., 16\]"):
+        layer(torch.randn(4, 15))
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        layer([1.0] * 16)
+    with pytest.raises(TypeError, match="linear must be a torch.nn.Linear"):
+        FP8Linear.from_linear(nn.Conv1d(1, 1, 1))
+    with pytest.raises(TypeError, match="recipe must be"):
+        FP8Linear(16, 8, recipe="rowwise")
+
+
+class TinyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 32)
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict({"norm": nn.LayerNorm(32), "up": nn.Linear(32, 64), "down": nn.Linear(64, 32)})
+            for _ in range(2))
+        self.lm_head = nn.Linear(32, 50, bias=False)
+
+    def forward(self, ids):
+        h = self.embed(ids)
+        for b in self.blocks:
+            h = h + b["down"](torch.relu(b["up"](b["norm"](h))))
+        return self.lm_head(h)
+
+
+def test_convert_keeps_lm_head_embeddings_and_norms():
+    model = TinyLM()
+    ids = torch.randint(0, 50, (2, 9))
+    ref = model(ids)
+    summary = convert(model, RowWise())
+    assert [n for n, _ in summary.converted] == ["blocks.0.up", "blocks.0.down", "blocks.1.up", "blocks.1.down"]
+    assert summary.skipped == [("lm_head", "LM head (high precision by default)")]
+    assert type(model.lm_head) is nn.Linear and type(model.embed) is nn.Embedding
+    assert isinstance(model.blocks[0]["norm"], nn.LayerNorm)
+    assert rel_error(model(ids), ref.double()) < W8A8_TOLERANCE
+    assert "converted 4 linear layers" in str(summary)
+
+
+def test_convert_include_exclude_and_tied_weights():
+    model = TinyLM()
+    s = convert(model, CurrentScaling(), include="blocks.1.*", exclude=lambda name, m: name.endswith("down"))
+    assert [n for n, _ in s.converted] == ["blocks.1.up"]
+    assert ("blocks.1.down", "excluded") in s.skipped and ("blocks.0.up", "not included") in s.skipped
+    tied = TinyLM()
+    tied.lm_head.weight = tied.embed.weight
+    s = convert(tied, keep_lm_head=False)
+    assert ("lm_head", "weight tied to an embedding") in s.skipped
+    s = convert(TinyLM(), keep_lm_head=False)
+    assert "lm_head" in [n for n, _ in s.converted]
+
+
+def test_convert_static_warns_until_calibrated():
+    with pytest.warns(UserWarning, match="input_scale is 1.0 until calibrated"):
+        convert(TinyLM(), PerTensorStatic())
+
+
+def test_compile_fullgraph_without_graph_breaks(seed):
+    model = TinyLM()
+    convert(model, RowWise())
+    ids = torch.randint(0, 50, (2, 7))
+    with torch.no_grad():
+        eager = model(ids)
+        torch._dynamo.reset()
+        traced = torch.compile(model, fullgraph=True, backend="aot_eager")  # the same ops, traced
+        assert torch.equal(traced(ids), eager)
+        torch._dynamo.reset()
+        # Inductor fuses the norms and residuals (other rounding), which moves some FP8 codes.
+        assert rel_error(torch.compile(model, fullgraph=True)(ids), eager.double()) < 1e-2
+
+
+def test_compile_delayed_scaling_updates_state(seed):
+    layer = FP8Linear.from_linear(nn.Linear(32, 16), DelayedScaling(amax_history_len=2))
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, fullgraph=True)
+    compiled(torch.full((3, 32), 4.0))
+    compiled(torch.full((3, 32), 1.0))
+    assert torch.equal(layer.amax_history, torch.tensor([1.0, 4.0]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", list(RECIPES))
+@pytest.mark.parametrize("m", [1, 16, 100, 1000])
+def test_cuda_matches_cpu_reference(recipe, m, seed):
+    r = RECIPES[recipe]
+    linear = nn.Linear(576, 1536).to(torch.bfloat16)
+    x = torch.randn(m, 576, dtype=torch.bfloat16)
+    cpu = FP8Linear.from_linear(linear, r)
+    gpu = FP8Linear.from_linear(linear, r).cuda()
+    assert gpu.weight.is_cuda and gpu.weight.dtype == torch.float8_e4m3fn
+    assert torch.equal(gpu.weight.cpu().view(torch.uint8), cpu.weight.view(torch.uint8))
+    want = cpu(x)
+    got = gpu(x.cuda()).cpu()
+    # Same quantized operands; the GEMMs differ only in accumulation order and bf16 rounding.
+    assert rel_error(got, want.double()) < 5e-3
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay_of_a_converted_model(seed):
+    model = TinyLM().cuda().to(torch.bfloat16)
+    convert(model, RowWise())
+    ids = torch.randint(0, 50, (4, 16), device="cuda")
+    eager = model(ids)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        model(ids)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = model(ids)
+    graph.replay()
+    assert torch.equal(out, eager)
