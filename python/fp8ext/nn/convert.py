@@ -76,8 +76,8 @@ def convert(model: nn.Module, recipe: Recipe | None = None, *, include: Selector
     qualified module name, e.g. ``"model.layers.0.*"``), a predicate
     ``(name, module) -> bool``, or a list of them.
 
-    Static recipes start with ``input_scale = 1`` in every converted layer: set
-    the calibrated dequantization scales (the ``input_scale`` buffers) before use.
+    Static recipes start with ``input_scale = 1`` in every converted layer: run
+    :func:`fp8ext.calibrate` (or set the ``input_scale`` buffers) before use.
 
     Returns a :class:`ConversionSummary`.
     """
@@ -110,5 +110,5 @@ def convert(model: nn.Module, recipe: Recipe | None = None, *, include: Selector
         setattr(parent, child, FP8Linear.from_linear(getattr(parent, child), recipe))
         summary.converted.append((name, recipe))
     if recipe.activation_mode == "static" and targets:
-        warnings.warn("static recipe: every input_scale is 1.0 until calibrated", stacklevel=2)
+        warnings.warn("static recipe: every input_scale is 1.0 until calibrated (fp8ext.calibrate)", stacklevel=2)
     return summary

@@ -2,6 +2,7 @@
 matmul runs as an FP8 GEMM (:func:`fp8ext.scaled_mm`)."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -64,6 +65,7 @@ class FP8Linear(nn.Module):
             raise TypeError(f"recipe must be a fp8ext.recipes.Recipe, got {type(recipe).__name__}")
         self.out_features, self.in_features = weight.shape
         self.recipe = recipe
+        self._high_precision = False
         q, s = quantize_api.quantize(weight, recipe, "weight", pad_k_to=K_ALIGN)
         self.register_buffer("weight", q)
         self.register_buffer("weight_scale", s)
@@ -89,6 +91,8 @@ class FP8Linear(nn.Module):
             raise ValueError(f"x must be [..., {self.in_features}], got shape {tuple(x.shape)}")
         lead = x.shape[:-1]
         x2 = x.reshape(math.prod(lead), self.in_features)
+        if self._high_precision:
+            return self._dequantized_forward(x2).reshape(*lead, self.out_features)
         q, s = quantize_api.quantize(x2, self.recipe, "activation", state=self._activation_state(),
                                      pad_k_to=K_ALIGN)
         bias = None if self.bias is None else self.bias.to(x.dtype)
@@ -97,6 +101,24 @@ class FP8Linear(nn.Module):
         else:
             y = gemm.scaled_mm(q, self.weight, s, self.weight_scale, out_dtype=x.dtype, bias=bias)
         return y.reshape(*lead, self.out_features)
+
+    @contextlib.contextmanager
+    def high_precision(self):
+        """Within this context the layer computes with its dequantized weight and
+        an unquantized input (calibration measures activations this way)."""
+        previous, self._high_precision = self._high_precision, True
+        try:
+            yield self
+        finally:
+            self._high_precision = previous
+
+    def _dequantized_forward(self, x2: torch.Tensor) -> torch.Tensor:
+        g = {"per_tensor": "per_tensor", "per_channel": "per_row", "block": "block"}[self.recipe.weight_granularity]
+        w = quantize_api.dequantize(self.weight, self.weight_scale, g, cols=self.in_features)
+        y = x2.float() @ w.t()
+        if self.bias is not None:
+            y = y + self.bias.float()
+        return y.to(x2.dtype)
 
     def _apply(self, fn, recurse=True):
         # Casts (.to(dtype), .half(), ...) must not touch the FP8 weight or its

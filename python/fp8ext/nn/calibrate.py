@@ -1,0 +1,133 @@
+"""fp8ext.calibrate: fixes the static activation scales of a converted model
+from calibration batches, and measures the K/V amax per attention layer and KV
+head (the paged FP8 KV cache's k_scale / v_scale)."""
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import torch
+from torch import nn
+
+from fp8ext.formats import E4M3, FP8Format, get_format
+from fp8ext.nn.linear import FP8Linear
+from fp8ext.ops.reference import amax_finite, scale_from_amax
+
+KV_PROJ_SUFFIXES = ("k_proj", "v_proj")
+
+
+@dataclass
+class CalibrationResult:
+    """Per-layer activation amax, the static scales set from them, and K/V amax per KV head."""
+
+    input_amax: dict = field(default_factory=dict)  # FP8Linear name -> 0-d float32 amax of its input
+    kv_amax: dict = field(default_factory=dict)     # attention name -> {"k": [H], "v": [H]}
+    batches: int = 0
+
+    def kv_scales(self, fmt: FP8Format | str = E4M3, margin: int = 0) -> dict:
+        """attention name -> {"k_scale": [H], "v_scale": [H]}: dequantization scales for an FP8 KV cache."""
+        dtype = get_format(fmt).torch_dtype
+        return {name: {f"{kv}_scale": scale_from_amax(amax, dtype, margin, False) for kv, amax in d.items()}
+                for name, d in self.kv_amax.items()}
+
+
+def _progress(batches, enabled: bool):
+    try:
+        total = len(batches)
+    except TypeError:
+        total = None
+    if enabled:
+        try:
+            from tqdm.auto import tqdm  # optional
+            yield from tqdm(batches, total=total, desc="calibrating", unit="batch")
+            return
+        except ImportError:
+            pass
+    for i, b in enumerate(batches, 1):
+        if enabled:
+            print(f"\rcalibrating: batch {i}" + (f"/{total}" if total else ""), end="", file=sys.stderr, flush=True)
+        yield b
+    if enabled:
+        print(file=sys.stderr)
+
+
+def _head_dim(model: nn.Module, head_dim: int | None) -> int | None:
+    if head_dim is not None:
+        return head_dim
+    cfg = getattr(model, "config", None)
+    if cfg is None:
+        return None
+    hd = getattr(cfg, "head_dim", None)
+    if hd is None and getattr(cfg, "num_attention_heads", None):
+        hd = cfg.hidden_size // cfg.num_attention_heads
+    return hd
+
+
+@torch.no_grad()
+def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim: int | None = None,
+              progress: bool = True) -> CalibrationResult:
+    """Runs ``model`` on each batch (``model(batch)``, or ``model(**batch)`` for a
+    dict) and records the amax of every :class:`FP8Linear`'s input and of every
+    ``*k_proj`` / ``*v_proj`` output per KV head.
+
+    During calibration every FP8Linear computes with its dequantized weight and
+    unquantized input, so that no uncalibrated scale distorts the amax of the
+    layers after it. Afterwards the layers with a static recipe get
+    ``input_scale = amax * 2**margin / fp8_max`` (the recipe's own margin is
+    added); other recipes keep scaling at run time.
+
+    ``head_dim`` splits the K/V projections' outputs into heads; it defaults to
+    ``model.config.head_dim`` (or hidden_size / num_attention_heads) when the
+    model has a Hugging Face config, else K/V amax is recorded per tensor (H = 1).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(margin, bool) or not isinstance(margin, int):
+        raise TypeError(f"margin must be an int, got {type(margin).__name__}")
+    result = CalibrationResult()
+    hd = _head_dim(model, head_dim)
+    fp8_layers = {name: m for name, m in model.named_modules() if isinstance(m, FP8Linear)}
+    kv_layers = {name: m for name, m in model.named_modules()
+                 if isinstance(m, (nn.Linear, FP8Linear)) and name.endswith(KV_PROJ_SUFFIXES)}
+
+    def record_input(name):
+        def hook(_module, args):
+            amax = amax_finite(args[0])
+            prev = result.input_amax.get(name)
+            result.input_amax[name] = amax if prev is None else torch.maximum(prev, amax)
+        return hook
+
+    def record_kv(name):
+        attn, _, proj = name.rpartition(".")
+        kv = proj[0]  # "k" or "v"
+
+        def hook(_module, _args, out):
+            o = out.reshape(-1, out.shape[-1])
+            heads = o.shape[-1] // hd if hd and o.shape[-1] % hd == 0 else 1
+            amax = amax_finite(o.reshape(o.shape[0], heads, -1), dim=(0, 2))
+            d = result.kv_amax.setdefault(attn, {})
+            d[kv] = amax if kv not in d else torch.maximum(d[kv], amax)
+        return hook
+
+    handles = [m.register_forward_pre_hook(record_input(n)) for n, m in fp8_layers.items()]
+    handles += [m.register_forward_hook(record_kv(n)) for n, m in kv_layers.items()]
+    try:
+        with contextlib.ExitStack() as stack:
+            for m in fp8_layers.values():
+                stack.enter_context(m.high_precision())
+            for batch in _progress(batches, progress):
+                model(**batch) if isinstance(batch, dict) else model(batch)
+                result.batches += 1
+    finally:
+        for h in handles:
+            h.remove()
+    if result.batches == 0:
+        raise ValueError("batches is empty: calibration needs at least one batch")
+    for name, m in fp8_layers.items():
+        if m.recipe.activation_mode == "static" and name in result.input_amax:
+            s = scale_from_amax(result.input_amax[name], m.recipe.activation_format.torch_dtype,
+                                m.recipe.margin + margin, m.recipe.power_of_two_scales)
+            m.input_scale.copy_(s)
+    return result

@@ -1,0 +1,126 @@
+"""fp8ext.calibrate: static scales from calibration batches, K/V amax per head."""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import fp8ext
+from fp8ext import PerTensorStatic, RowWise
+from fp8ext.nn import FP8Linear, convert
+
+
+class Attention(nn.Module):
+    def __init__(self, hidden=64, kv_heads=2, head_dim=16):
+        super().__init__()
+        self.q_proj = nn.Linear(hidden, hidden)
+        self.k_proj = nn.Linear(hidden, kv_heads * head_dim)
+        self.v_proj = nn.Linear(hidden, kv_heads * head_dim)
+        self.o_proj = nn.Linear(hidden, hidden)
+        self.kv_heads, self.head_dim = kv_heads, head_dim
+
+    def forward(self, x):  # a stand-in mixing of q, k, v (the shapes are what matters here)
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        kv = (k * v).repeat(1, 1, x.shape[-1] // k.shape[-1])
+        return x + self.o_proj(torch.tanh(q + kv))
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(Attention() for _ in range(2))
+        self.up = nn.Linear(64, 128)
+        self.down = nn.Linear(128, 64)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.down(torch.relu(self.up(x)))
+
+
+def dequantized_twin(model):
+    """The converted model with every FP8Linear replaced by an nn.Linear holding its dequantized weight."""
+    twin = copy.deepcopy(model)
+    for name, m in list(twin.named_modules()):
+        if isinstance(m, FP8Linear):
+            lin = nn.Linear(m.in_features, m.out_features, bias=m.bias is not None)
+            g = {"per_tensor": None, "per_channel": None, "block": "block"}[m.recipe.weight_granularity]
+            lin.weight.data = fp8ext.dequantize(m.weight, m.weight_scale, g, cols=m.in_features)
+            if m.bias is not None:
+                lin.bias.data = m.bias.data.float()
+            parent, _, child = name.rpartition(".")
+            setattr(twin.get_submodule(parent) if parent else twin, child, lin)
+    return twin
+
+
+def test_static_scales_are_the_high_precision_amax(seed):
+    model = Model()
+    with pytest.warns(UserWarning):
+        convert(model, PerTensorStatic())
+    batches = [torch.randn(2, 5, 64) * (i + 1) for i in range(3)]
+    twin = dequantized_twin(model)
+    seen = {}
+    for name, m in twin.named_modules():
+        if isinstance(m, nn.Linear):
+            m.register_forward_pre_hook(lambda mod, args, name=name: seen.__setitem__(
+                name, max(seen.get(name, 0.0), args[0].abs().max().item())))
+    with torch.no_grad():
+        for b in batches:
+            twin(b)
+    result = fp8ext.calibrate(model, batches, progress=False)
+    assert result.batches == 3 and set(result.input_amax) == set(seen)
+    for name, amax in seen.items():
+        assert result.input_amax[name].item() == pytest.approx(amax, rel=1e-5)
+        assert model.get_submodule(name).input_scale.item() == pytest.approx(amax / 448.0, rel=1e-5)
+    # Calibrated static scaling is accurate on data like the calibration data.
+    x = torch.randn(2, 5, 64) * 2
+    err = ((model(x) - twin(x)).norm() / twin(x).norm()).item()
+    assert err < 0.06
+
+
+def test_kv_amax_per_head_and_scales(seed):
+    model = Model()
+    convert(model, RowWise())
+    batches = [{"x": torch.randn(3, 4, 64)} for _ in range(2)]  # dict batches are passed as keywords
+    twin = dequantized_twin(model)
+    outs = {}
+    for name, m in twin.named_modules():
+        if name.endswith(("k_proj", "v_proj")):
+            m.register_forward_hook(lambda mod, a, o, name=name: outs.setdefault(name, []).append(o))
+    with torch.no_grad():
+        for b in batches:
+            twin(**b)
+    result = fp8ext.calibrate(model, batches, head_dim=16, progress=False)
+    assert set(result.kv_amax) == {"layers.0", "layers.1"}
+    for attn in ("layers.0", "layers.1"):
+        for kv in ("k", "v"):
+            o = torch.cat([t.reshape(-1, 2, 16) for t in outs[f"{attn}.{kv}_proj"]])
+            want = o.abs().amax(dim=(0, 2))
+            assert torch.allclose(result.kv_amax[attn][kv], want, rtol=1e-5)
+        scales = result.kv_scales("e4m3")[attn]
+        assert torch.allclose(scales["k_scale"], result.kv_amax[attn]["k"] / 448.0)
+        assert result.kv_scales("e5m2")[attn]["v_scale"].shape == (2,)
+
+
+def test_calibration_leaves_dynamic_recipes_and_restores_fp8_compute(seed):
+    model = Model()
+    convert(model, RowWise())
+    x = torch.randn(2, 3, 64)
+    before = model(x)
+    fp8ext.calibrate(model, [x], progress=False)
+    assert torch.equal(model(x), before)  # nothing to fix for current scaling; FP8 compute is back
+
+
+def test_calibrate_errors():
+    with pytest.raises(ValueError, match="batches is empty"):
+        fp8ext.calibrate(Model(), [], progress=False)
+    with pytest.raises(TypeError, match="model must be"):
+        fp8ext.calibrate(object(), [1])
+
+
+def test_progress_is_printed(capsys):
+    model = Model()
+    convert(model, RowWise())
+    fp8ext.calibrate(model, [torch.randn(1, 2, 64)] * 2, progress=True)
+    err = capsys.readouterr().err
+    assert "calibrating" in err
