@@ -245,3 +245,45 @@ def test_cuda_graph_replay_of_a_converted_model(seed):
         out = model(ids)
     graph.replay()
     assert torch.equal(out, eager)
+
+
+def test_checkpoint_holds_the_unpadded_weight():
+    layer = FP8Linear(100, 24, recipe=RowWise())
+    sd = layer.state_dict()
+    assert sd["weight"].shape == (24, 100) and layer.weight.shape == (24, 112)
+    assert set(sd) == {"weight", "weight_scale", "bias"}
+
+
+def test_loads_a_vllm_style_static_checkpoint(seed):
+    """weight [N, K] float8_e4m3fn, per-channel weight_scale [N, 1], static input_scale [1]."""
+    n, k = 40, 100
+    w = torch.randn(n, k)
+    w_scale = w.abs().amax(dim=1, keepdim=True) / 448.0
+    q = (w / w_scale).to(torch.float8_e4m3fn)
+    sd = {"weight": q, "weight_scale": w_scale, "input_scale": torch.tensor([0.02]), "bias": torch.randn(n)}
+    layer = FP8Linear(k, n, recipe=PerTensorStatic(weight_granularity="per_channel"))
+    layer.load_state_dict(sd)
+    x = torch.randn(3, k)
+    xq = (x / 0.02).to(torch.float8_e4m3fn).double() * 0.02
+    want = xq @ (q.double() * w_scale.double()).t() + sd["bias"].double()
+    assert rel_error(layer(x), want) < 1e-6
+
+
+def test_loads_a_deepseek_style_block_checkpoint(seed):
+    """weight [N, K] float8_e4m3fn with weight_scale_inv [ceil(N/128), ceil(K/128)] (w = q * scale_inv)."""
+    n, k = 300, 200
+    q = (torch.randn(n, k) * 100).to(torch.float8_e4m3fn)
+    scale_inv = torch.rand(3, 2) * 0.01 + 0.001
+    layer = FP8Linear(k, n, bias=False, recipe=BlockWise())
+    layer.load_state_dict({"weight": q, "weight_scale_inv": scale_inv})
+    x = torch.randn(5, k)
+    w = q.double() * scale_inv.double().repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+    qx, sx = fp8ext.quantize(x, BlockWise(), "activation")
+    xd = fp8ext.dequantize(qx, sx, "group").double()
+    assert rel_error(layer(x), xd @ w.t()) < 1e-6
+
+
+def test_checkpoint_format_mismatch_is_a_clear_error():
+    layer = FP8Linear(32, 16, recipe=CurrentScaling(weight_format="e5m2"))
+    with pytest.raises(TypeError, match="weight: the checkpoint holds torch.float8_e4m3fn"):
+        layer.load_state_dict(FP8Linear(32, 16).state_dict())

@@ -120,6 +120,19 @@ class FP8Linear(nn.Module):
             y = y + self.bias.float()
         return y.to(x2.dtype)
 
+    # Checkpoints hold the weight unpadded [N, K], like vLLM's and compressed-tensors'
+    # FP8 files (weight, weight_scale, input_scale); loading also takes their
+    # [N, 1] / [1] scale shapes and DeepSeek-V3's block scales (weight_scale_inv).
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        w = destination[prefix + "weight"]
+        if w.shape[1] != self.in_features:
+            destination[prefix + "weight"] = w[:, :self.in_features].contiguous()
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        _adapt_checkpoint(self, state_dict, prefix)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def _apply(self, fn, recurse=True):
         # Casts (.to(dtype), .half(), ...) must not touch the FP8 weight or its
         # float32 scales: hide them from nn.Module._apply, then move them to the
@@ -140,6 +153,26 @@ class FP8Linear(nn.Module):
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"weight={r.weight_format.name}/{r.weight_granularity}, activation={r.activation_format.name}/"
                 f"{r.activation_mode}/{r.activation_granularity}")
+
+
+def _adapt_checkpoint(layer: FP8Linear, sd: dict, prefix: str) -> None:
+    """Rewrites a layer's checkpoint entries in place into this module's layout."""
+    if prefix + "weight_scale_inv" in sd and prefix + "weight_scale" not in sd:
+        sd[prefix + "weight_scale"] = sd.pop(prefix + "weight_scale_inv")  # DeepSeek-V3: w = q * scale_inv
+    w = sd.get(prefix + "weight")
+    if w is not None:
+        if w.dtype != layer.weight.dtype:
+            raise TypeError(f"{prefix}weight: the checkpoint holds {w.dtype}, this layer's recipe stores "
+                            f"{layer.weight.dtype} (recipe {layer.recipe})")
+        if w.dim() == 2 and w.shape[1] == layer.in_features and w.shape[1] != layer.weight.shape[1]:
+            padded = torch.zeros(w.shape[0], layer.weight.shape[1], dtype=w.dtype, device=w.device)
+            padded[:, :w.shape[1]] = w
+            sd[prefix + "weight"] = padded
+    for name in ("weight_scale", "input_scale"):
+        t = sd.get(prefix + name)
+        mine = layer._buffers.get(name)
+        if t is not None and mine is not None and t.shape != mine.shape and t.numel() == mine.numel():
+            sd[prefix + name] = t.reshape(mine.shape)  # [N, 1] -> [N], [1] -> []
 
 
 def _blockwise_reference(q, s, weight, weight_scale, k, bias, out_dtype):
