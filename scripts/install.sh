@@ -12,7 +12,8 @@ export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 quiet() { grep -v "^WARNING: Location" || true; }  # the local wheel mirror's noise
-"${PIP[@]}" install -q torch==2.14.1 numpy pytest ninja cmake nvidia-cutlass==4.2.0.0 2>&1 | quiet
+# safetensors and transformers: checkpoint and Hugging Face model tests (optional at run time).
+"${PIP[@]}" install -q torch==2.14.1 numpy pytest ninja cmake nvidia-cutlass==4.2.0.0 safetensors transformers 2>&1 | quiet
 
 rm -rf "$ROOT/dist"
 echo "fp8ext: building the wheel (CMake folder $FP8EXT_BUILD_DIR)"

@@ -1,0 +1,59 @@
+"""FP8Linear inside a Hugging Face transformers Llama built from a config: convert,
+calibrate (K/V amax per KV head from the config's head_dim), forward, checkpoints."""
+import pytest
+import torch
+
+import fp8ext
+from fp8ext import PerTensorStatic, RowWise
+from fp8ext.nn import FP8Linear
+
+transformers = pytest.importorskip("transformers")
+
+
+def tiny_llama():
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def rel_error(got, want):
+    return ((got.double() - want.double()).norm() / want.double().norm()).item()
+
+
+def test_convert_a_transformers_llama(seed):
+    model = tiny_llama()
+    ids = torch.randint(0, 128, (2, 12))
+    with torch.no_grad():
+        ref = model(ids).logits
+        summary = fp8ext.convert(model, RowWise())
+        got = model(ids).logits
+    names = [n for n, _ in summary.converted]
+    assert len(names) == 2 * 7 and "model.layers.0.self_attn.k_proj" in names
+    assert summary.skipped == [("lm_head", "LM head (high precision by default)")]
+    assert isinstance(model.model.layers[1].mlp.down_proj, FP8Linear)
+    assert type(model.lm_head) is torch.nn.Linear
+    assert rel_error(got, ref) < 0.05
+
+
+def test_calibrate_and_reload_a_transformers_llama(seed, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    model = tiny_llama()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.warns(UserWarning):
+        fp8ext.convert(model, PerTensorStatic())
+    batches = [torch.randint(0, 128, (2, 16)) for _ in range(3)]
+    result = fp8ext.calibrate(model, batches, progress=False)
+    assert set(result.kv_amax) == {"model.layers.0.self_attn", "model.layers.1.self_attn"}
+    assert result.kv_amax["model.layers.0.self_attn"]["k"].shape == (2,)  # one per KV head
+    path = tmp_path / "model.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+
+    fresh = tiny_llama()
+    fresh.load_state_dict(state)
+    with pytest.warns(UserWarning):
+        fp8ext.convert(fresh, PerTensorStatic())
+    fresh.load_state_dict(load_file(str(path)))
+    ids = torch.randint(0, 128, (1, 10))
+    with torch.no_grad():
+        assert torch.equal(fresh(ids).logits, model(ids).logits)
