@@ -47,7 +47,7 @@ def load_smollm2():
         raise RuntimeError("transformers (and gguf) are needed: pip install transformers gguf") from e
     d = smollm2_dir()
     tokenizer = AutoTokenizer.from_pretrained(d, gguf_file=GGUF_FILE)
-    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=GGUF_FILE, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=GGUF_FILE, dtype=torch.float32)
     return model.eval(), tokenizer
 
 

@@ -24,9 +24,13 @@ class ConversionSummary:
 
     converted: list = field(default_factory=list)  # (name, recipe)
     skipped: list = field(default_factory=list)    # (name, reason)
+    errors: dict = field(default_factory=dict)     # recipe="auto": name -> {candidate: relative output error}
+    fp8_flop_fraction: float | None = None         # recipe="auto": share of the eligible layers' FLOPs in FP8
 
     def __str__(self) -> str:
         lines = [f"converted {len(self.converted)} linear layers to FP8, kept {len(self.skipped)} in high precision"]
+        if self.fp8_flop_fraction is not None:
+            lines[0] += f"; {100 * self.fp8_flop_fraction:.1f}% of the eligible FLOPs in FP8"
         lines += [f"  fp8   {name}: {recipe}" for name, recipe in self.converted]
         lines += [f"  kept  {name}: {reason}" for name, reason in self.skipped]
         return "\n".join(lines)
@@ -63,8 +67,39 @@ def _output_embeddings(model: nn.Module):
         return None
 
 
-def convert(model: nn.Module, recipe: Recipe | None = None, *, include: Selector | Iterable[Selector] | None = None,
-            exclude: Selector | Iterable[Selector] | None = None, keep_lm_head: bool = True) -> ConversionSummary:
+def select_linears(model: nn.Module, include=None, exclude=None, keep_lm_head: bool = True):
+    """(targets, skipped): the names of the nn.Linear modules convert() would replace,
+    and (name, reason) for the ones it keeps in high precision."""
+    include_l, exclude_l = _as_list(include), _as_list(exclude)
+    tied = _tied_to_embedding(model)
+    head = _output_embeddings(model)
+    targets, skipped = [], []
+    for name, module in model.named_modules():
+        if type(module) is not nn.Linear:  # subclasses may carry their own forward
+            continue
+        if keep_lm_head and (module is head or _matches(LM_HEAD_NAMES, name, module)):
+            skipped.append((name, "LM head (high precision by default)"))
+        elif id(module.weight) in tied:
+            skipped.append((name, "weight tied to an embedding"))
+        elif include_l and not _matches(include_l, name, module):
+            skipped.append((name, "not included"))
+        elif _matches(exclude_l, name, module):
+            skipped.append((name, "excluded"))
+        else:
+            targets.append(name)
+    return targets, skipped
+
+
+def replace_linear(model: nn.Module, name: str, recipe: Recipe) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, FP8Linear.from_linear(getattr(parent, child), recipe))
+
+
+def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
+            include: Selector | Iterable[Selector] | None = None,
+            exclude: Selector | Iterable[Selector] | None = None, keep_lm_head: bool = True,
+            calibration: Iterable | None = None, max_error: float = 0.05, candidates=None) -> ConversionSummary:
     """Replaces eligible ``nn.Linear`` modules of ``model`` with :class:`FP8Linear`, in place.
 
     Selective precision by default: embeddings and normalization layers are not
@@ -76,6 +111,13 @@ def convert(model: nn.Module, recipe: Recipe | None = None, *, include: Selector
     qualified module name, e.g. ``"model.layers.0.*"``), a predicate
     ``(name, module) -> bool``, or a list of them.
 
+    ``recipe="auto"`` runs the ``calibration`` batches, measures each eligible
+    layer's relative output error (Frobenius, against its high-precision
+    output) under each of ``candidates`` (default: per-tensor current, row-wise,
+    block-wise: the order of GEMM cost) and gives each layer the first one
+    within ``max_error``, or keeps it in high precision (see
+    :mod:`fp8ext.nn.auto`).
+
     Static recipes start with ``input_scale = 1`` in every converted layer: run
     :func:`fp8ext.calibrate` (or set the ``input_scale`` buffers) before use.
 
@@ -84,30 +126,25 @@ def convert(model: nn.Module, recipe: Recipe | None = None, *, include: Selector
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     recipe = recipe if recipe is not None else CurrentScaling()
-    if not isinstance(recipe, Recipe):
-        raise TypeError(f"recipe must be a fp8ext.recipes.Recipe, got {type(recipe).__name__}")
-    include_l, exclude_l = _as_list(include), _as_list(exclude)
-    tied = _tied_to_embedding(model)
-    head = _output_embeddings(model)
-    summary = ConversionSummary()
-    targets = []
-    for name, module in model.named_modules():
-        if type(module) is not nn.Linear:  # subclasses may carry their own forward
-            continue
-        if keep_lm_head and (module is head or _matches(LM_HEAD_NAMES, name, module)):
-            summary.skipped.append((name, "LM head (high precision by default)"))
-        elif id(module.weight) in tied:
-            summary.skipped.append((name, "weight tied to an embedding"))
-        elif include_l and not _matches(include_l, name, module):
-            summary.skipped.append((name, "not included"))
-        elif _matches(exclude_l, name, module):
-            summary.skipped.append((name, "excluded"))
-        else:
-            targets.append(name)
+    if not isinstance(recipe, Recipe) and recipe != "auto":
+        raise TypeError(f"recipe must be a fp8ext.recipes.Recipe or 'auto', got {recipe!r}")
+    targets, skipped = select_linears(model, include, exclude, keep_lm_head)
+    summary = ConversionSummary(skipped=skipped)
+    if recipe == "auto":
+        from fp8ext.nn.auto import choose_recipes  # noqa: PLC0415 (calibration machinery, only for auto)
+
+        choice = choose_recipes(model, targets, calibration, max_error, candidates)
+        summary.errors = choice.errors
+        summary.fp8_flop_fraction = choice.fp8_flop_fraction
+        for name in targets:
+            if choice.recipes[name] is None:
+                summary.skipped.append((name, f"no candidate within max_error={max_error}"))
+            else:
+                replace_linear(model, name, choice.recipes[name])
+                summary.converted.append((name, choice.recipes[name]))
+        return summary
     for name in targets:
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, FP8Linear.from_linear(getattr(parent, child), recipe))
+        replace_linear(model, name, recipe)
         summary.converted.append((name, recipe))
     if recipe.activation_mode == "static" and targets:
         warnings.warn("static recipe: every input_scale is 1.0 until calibrated (fp8ext.calibrate)", stacklevel=2)
