@@ -5,7 +5,7 @@
 #   usage: scripts/device/run.sh OUT [stage ...]
 #   stages: build ctest sanitize test bench (the default: all of these), profile (ncu on the quantize kernels)
 #   FP8EXT_COMMIT=<sha> names the commit in the benchmark JSON (the device copy's .git may be stale).
-# Carry .whl (the nvidia-cutlass wheel) with the call.
+# Carry .whl (the nvidia-cutlass and torchao wheels) with the call.
 set -uo pipefail
 OUT="${1:?usage: run.sh OUT [stage ...]}"; shift
 STAGES="${*:-build ctest sanitize test bench}"
@@ -29,8 +29,11 @@ step() {  # step NAME CMD...: runs CMD, logs to OUT/NAME.log, remembers failures
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
 python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))" >> "$OUT/gpu.txt" 2>&1
 
+# The carried wheels (.whl/: nvidia-cutlass for the build, torchao for the
+# FP8Linear benchmark's anchor) go to /tmp/site; the benchmarks see it on PYTHONPATH.
+[ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
+  > "$OUT/wheels.log" 2>&1
 if has build; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl > "$OUT/cutlass.log" 2>&1
   # The image's default g++ (/opt/gcc, a Red Hat toolset) links parts of libstdc++
   # statically; with the C++11 ABI that crashed the first exception message
   # formatted in the extension (seen 2026-11-29). Prefer the system compiler.
@@ -59,7 +62,7 @@ if has test; then
 fi
 if has bench && [ -d "$ROOT/bench" ] && ls "$ROOT"/bench/bench_*.py > /dev/null 2>&1; then
   for b in "$ROOT"/bench/bench_*.py; do
-    step "$(basename "$b" .py)" bash -c "cd /tmp && python3 $b --out $OUT"
+    step "$(basename "$b" .py)" bash -c "cd /tmp && PYTHONPATH=/tmp/site python3 $b --out $OUT"
     tail -25 "$OUT/$(basename "$b" .py).log"
   done
 fi

@@ -2,7 +2,7 @@
 
 Each eligible layer runs the calibration batches in high precision; a forward
 hook feeds the same input to an FP8Linear of every candidate recipe and
-accumulates ||y_fp8 - y||^2 and ||y||^2. A layer gets the first candidate (in
+accumulates each token's squared relative error ||y_fp8 - y||^2 / ||y||^2. A layer gets the first candidate (in
 order of GEMM cost) whose relative error is within the budget, or stays in high
 precision. FLOPs per token of a linear are proportional to in x out features,
 so the FP8 share of FLOPs is weighed that way.
@@ -24,6 +24,7 @@ DEFAULT_CANDIDATES = (("per-tensor", CurrentScaling()), ("row-wise", RowWise()),
 @dataclass
 class AutoChoice:
     recipes: dict            # name -> Recipe or None (high precision)
+    labels: dict             # name -> the chosen candidate's label or None
     errors: dict             # name -> {candidate label: relative output error}
     fp8_flop_fraction: float
 
@@ -43,7 +44,9 @@ def _candidates(candidates):
 
 @torch.no_grad()
 def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates) -> dict:
-    """name -> {label: relative Frobenius error of the layer's output} over the batches."""
+    """name -> {label: the layer's relative output error}: the root mean square over
+    tokens of ||y_fp8 - y|| / ||y|| per token (every token weighs the same, so a
+    few loud tokens cannot hide the others' error)."""
     cands = _candidates(candidates)
     sums = {name: {label: [0.0, 0.0] for label, _ in cands} for name in names}
     handles = []
@@ -52,12 +55,13 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates)
         fp8 = {label: FP8Linear.from_linear(linear, r) for label, r in cands}
 
         def hook(_m, args, out, name=name, fp8=fp8):
-            y = out.float()
-            ref = y.square().sum().item()
+            y = out.float().reshape(-1, out.shape[-1])
+            ref = y.square().sum(-1)
+            live = ref > 0
             for label, layer in fp8.items():
-                err = (layer(args[0]).float() - y).square().sum().item()
-                sums[name][label][0] += err
-                sums[name][label][1] += ref
+                err = (layer(args[0]).float().reshape(y.shape) - y).square().sum(-1)
+                sums[name][label][0] += (err[live] / ref[live]).sum().item()
+                sums[name][label][1] += int(live.sum())
         handles.append(linear.register_forward_hook(hook))
     seen = 0
     try:
@@ -69,7 +73,7 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates)
             h.remove()
     if seen == 0:
         raise ValueError("calibration is empty: recipe='auto' needs at least one batch")
-    return {name: {label: (e / r) ** 0.5 if r > 0 else 0.0 for label, (e, r) in d.items()}
+    return {name: {label: (e / n) ** 0.5 if n > 0 else 0.0 for label, (e, n) in d.items()}
             for name, d in sums.items()}
 
 
@@ -79,12 +83,18 @@ def choose_recipes(model: nn.Module, names: list, calibration, max_error: float,
     if not isinstance(max_error, (int, float)) or isinstance(max_error, bool) or not max_error > 0:
         raise ValueError(f"max_error must be a positive number, got {max_error!r}")
     cands = _candidates(candidates)
-    errors = measure_errors(model, names, calibration, cands)
-    recipes, fp8_flops, all_flops = {}, 0, 0
+    return choose_from_errors(model, names, measure_errors(model, names, calibration, cands), max_error, cands)
+
+
+def choose_from_errors(model: nn.Module, names: list, errors: dict, max_error: float, candidates=None) -> AutoChoice:
+    """Per layer the first candidate within max_error (or None), from measured errors."""
+    cands = _candidates(candidates)
+    recipes, labels, fp8_flops, all_flops = {}, {}, 0, 0
     for name in names:
         linear = model.get_submodule(name)
         flops = linear.in_features * linear.out_features
         all_flops += flops
-        recipes[name] = next((r for label, r in cands if errors[name][label] <= max_error), None)
+        labels[name] = next((label for label, _ in cands if errors[name][label] <= max_error), None)
+        recipes[name] = dict(cands)[labels[name]] if labels[name] is not None else None
         fp8_flops += flops if recipes[name] is not None else 0
-    return AutoChoice(recipes, errors, fp8_flops / all_flops if all_flops else 0.0)
+    return AutoChoice(recipes, labels, errors, fp8_flops / all_flops if all_flops else 0.0)

@@ -112,8 +112,8 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
     ``(name, module) -> bool``, or a list of them.
 
     ``recipe="auto"`` runs the ``calibration`` batches, measures each eligible
-    layer's relative output error (Frobenius, against its high-precision
-    output) under each of ``candidates`` (default: per-tensor current, row-wise,
+    layer's relative output error (root mean square over tokens, against its
+    high-precision output) under each of ``candidates`` (default: per-tensor current, row-wise,
     block-wise: the order of GEMM cost) and gives each layer the first one
     within ``max_error``, or keeps it in high precision (see
     :mod:`fp8ext.nn.auto`).

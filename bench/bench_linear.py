@@ -1,0 +1,111 @@
+"""FP8Linear layer stack (../shared/BENCHMARKING.md): one Llama-3.1-8B layer's four
+linears (qkv 6144x4096, o 4096x4096, gate_up 28672x4096, down 4096x14336), bf16 in
+and out, activation quantization included, graph-timed with the weights of
+several layers rotated past L2, against bf16 nn.Linear and torchao's FP8
+inference (Float8DynamicActivationFloat8WeightConfig, per-tensor and per-row,
+under torch.compile) in the same run.
+
+    python bench/bench_linear.py --out DIR
+
+torchao is optional: bring its wheel like the CUTLASS one (.whl/, carried) and
+`pip install --no-deps`; its rows are skipped (with the reason) when it is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+
+import torch
+from torch import nn
+
+import fp8ext
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import graph_time_ms, print_table, write_results  # noqa: E402
+
+LAYER = [("qkv", 4096, 6144), ("o", 4096, 4096), ("gate_up", 4096, 28672), ("down", 14336, 4096)]
+M_ALL = [16, 128, 1024, 4096]
+COPIES = 3  # weights of 3 layers (3 x 218 MB in FP8, 3 x 436 MB in bf16) rotate past the 60 MB L2
+
+
+class Stack(nn.Module):
+    """The four linears, fed with inputs of the right widths (no attention or activation between)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linears = nn.ModuleList(nn.Linear(k, n, bias=False) for _, k, n in LAYER)
+
+    def forward(self, xs):
+        return [lin(x) for lin, x in zip(self.linears, xs)]
+
+
+def variants():
+    """name -> function(stack in bf16) -> callable stack, or a string saying why it is skipped."""
+    out = {"bf16 nn.Linear": lambda s: s}
+    for label, recipe in (("fp8ext per-tensor", fp8ext.CurrentScaling()), ("fp8ext row-wise", fp8ext.RowWise())):
+        out[label] = (lambda r: lambda s: (fp8ext.convert(s, r), s)[1])(recipe)
+    try:
+        from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, PerTensor, quantize_
+
+        for label, gran in (("torchao per-tensor (compiled)", PerTensor()), ("torchao per-row (compiled)", PerRow())):
+            def make(s, gran=gran):
+                quantize_(s, Float8DynamicActivationFloat8WeightConfig(granularity=gran))
+                return torch.compile(s)
+            out[label] = make
+    except ImportError as e:
+        out["torchao"] = f"skipped: torchao is not installed ({e})"
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/results")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    base = [Stack().to("cuda", torch.bfloat16) for _ in range(COPIES)]
+    rows, times = [], {}
+    for name, make in variants().items():
+        if isinstance(make, str):
+            rows.append({"op": "linear_stack", "variant": name, "note": make})
+            print(name, make)
+            continue
+        stacks = [make(copy.deepcopy(s)) for s in base]
+        for m in M_ALL:
+            xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _, k, _ in LAYER]
+            ref = [torch.nn.functional.linear(x, lin.weight) for x, lin in zip(xs, base[0].linears)]
+            with torch.no_grad():
+                got = stacks[0](xs)
+            err = max(((g.float() - r.float()).norm() / r.float().norm()).item() for g, r in zip(got, ref))
+            if not err < 0.1:
+                raise AssertionError(f"{name} M={m}: error {err:.3f} against bf16")
+            state = {"i": 0}
+
+            def call():
+                s = stacks[state["i"] % COPIES]
+                state["i"] += 1
+                return s(xs)
+
+            with torch.no_grad():
+                t = graph_time_ms(call, calls=max(20, COPIES))
+            times[(name, m)] = t
+            rows.append({"op": "linear_stack", "variant": name, "M": m, "ms": round(t, 5), "max_rel_error": round(err, 4),
+                         "timing": "cuda-graph, 3 layers' weights rotated"})
+        del stacks
+        torch.cuda.empty_cache()
+    for r in rows:
+        if "M" in r and r["variant"].startswith("fp8ext"):
+            anchors = [times[(v, r["M"])] for v in times if v[0].startswith("torchao") and v[1] == r["M"]]
+            if anchors:
+                r["anchor"] = "torchao, faster variant"
+                r["ratio_vs_torchao"] = round(min(anchors) / r["ms"], 3)
+            r["ratio_vs_bf16"] = round(times[("bf16 nn.Linear", r["M"])] / r["ms"], 3)
+    path = write_results(args.out, "linear_stack", rows)
+    print(f"wrote {path}")
+    print_table([r for r in rows if "M" in r], ["variant", "M", "ms", "ratio_vs_torchao", "ratio_vs_bf16",
+                                                  "max_rel_error"])
+
+
+if __name__ == "__main__":
+    main()
