@@ -56,3 +56,18 @@ def test_custom_candidates_and_errors():
         fp8ext.convert(model_and_batches()[0], "auto", calibration=batches, candidates=[fp8ext.PerTensorStatic()])
     with pytest.raises(TypeError, match="recipe must be a fp8ext.recipes.Recipe or 'auto'"):
         fp8ext.convert(model_and_batches()[0], "fast")
+
+
+def test_a_layer_calibration_never_runs_is_kept():
+    class WithUnused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.unused = nn.Linear(32, 32), nn.Linear(32, 32)
+
+        def forward(self, x):
+            return self.used(x)
+
+    model = WithUnused()
+    s = fp8ext.convert(model, "auto", calibration=[torch.randn(4, 32)], max_error=10.0)
+    assert [n for n, _ in s.converted] == ["used"]
+    assert ("unused", "not exercised by the calibration batches") in s.skipped

@@ -124,3 +124,37 @@ def test_progress_is_printed(capsys):
     fp8ext.calibrate(model, [torch.randn(1, 2, 64)] * 2, progress=True)
     err = capsys.readouterr().err
     assert "calibrating" in err
+
+
+def test_fused_qkv_projections_are_not_taken_for_k_or_v():
+    class Fused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv_proj = nn.Linear(16, 48)
+            self.kv_proj = nn.Linear(16, 32)
+
+        def forward(self, x):
+            return self.qkv_proj(x).sum() + self.kv_proj(x).sum()
+
+    result = fp8ext.calibrate(Fused(), [torch.randn(2, 16)], progress=False)
+    assert result.kv_amax == {}
+
+
+def test_static_layers_the_batches_never_reach_are_reported():
+    model = nn.ModuleDict({"a": nn.Linear(8, 8), "b": nn.Linear(8, 8)})
+    with pytest.warns(UserWarning):
+        convert(model, PerTensorStatic())
+    with pytest.warns(UserWarning, match="calibration never ran 1 static layers"):
+        fp8ext.calibrate(_Only(model), [torch.randn(2, 8)], progress=False)
+    assert model["b"].input_scale.item() == 1.0
+
+
+class _Only(nn.Module):
+    """Runs only model["a"]."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model["a"](x)

@@ -121,6 +121,7 @@ def test_state_dict_round_trip_is_bit_identical(recipe, tmp_path, seed):
     if r.activation_mode == "static":
         src.input_scale.fill_(0.01)
     x = torch.randn(3, 100)
+    src(torch.randn(2, 100) * 5)  # delayed: a non-trivial history and scale travel too
     from safetensors.torch import load_file, save_file
 
     path = tmp_path / "layer.safetensors"
@@ -287,3 +288,29 @@ def test_checkpoint_format_mismatch_is_a_clear_error():
     layer = FP8Linear(32, 16, recipe=CurrentScaling(weight_format="e5m2"))
     with pytest.raises(TypeError, match="weight: the checkpoint holds torch.float8_e4m3fn"):
         layer.load_state_dict(FP8Linear(32, 16).state_dict())
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_empty_batch(recipe):
+    layer = FP8Linear(20, 7, recipe=RECIPES[recipe])
+    assert layer(torch.randn(0, 20)).shape == (0, 7)
+    assert layer(torch.randn(2, 0, 20)).shape == (2, 0, 7)
+
+
+def test_share_memory_and_meta_init_reach_the_fp8_buffers():
+    layer = FP8Linear(20, 8, recipe=DelayedScaling(amax_history_len=4)).share_memory()
+    assert layer.weight.is_shared() and layer.amax_history.is_shared()
+    meta = FP8Linear(20, 8, device="meta", recipe=RowWise())
+    real = meta.to_empty(device="cpu")
+    assert real.weight.device.type == "cpu" and real.weight.dtype == torch.float8_e4m3fn
+    real.load_state_dict(FP8Linear(20, 8, recipe=RowWise()).state_dict())
+
+
+def test_bf16_scales_in_a_checkpoint_become_float32_even_with_assign():
+    src = FP8Linear(32, 16, recipe=RowWise())
+    sd = src.state_dict()
+    sd["weight_scale"] = sd["weight_scale"].bfloat16()
+    layer = FP8Linear(32, 16, recipe=RowWise())
+    layer.load_state_dict(sd, assign=True)
+    assert layer.weight_scale.dtype == torch.float32
+    assert layer(torch.randn(3, 32)).shape == (3, 16)

@@ -9,6 +9,7 @@ so the FP8 share of FLOPs is weighed that way.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -51,18 +52,18 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates)
     sums = {name: {label: [0.0, 0.0] for label, _ in cands} for name in names}
     handles = []
     for name in names:
-        linear = model.get_submodule(name)
-        fp8 = {label: FP8Linear.from_linear(linear, r) for label, r in cands}
-
-        def hook(_m, args, out, name=name, fp8=fp8):
+        # The candidates' FP8 weights are made per call (not kept for every
+        # layer at once: that would hold the model ~1.5 times over).
+        def hook(module, args, out, name=name):
             y = out.float().reshape(-1, out.shape[-1])
             ref = y.square().sum(-1)
             live = ref > 0
-            for label, layer in fp8.items():
+            for label, recipe in cands:
+                layer = FP8Linear.from_linear(module, recipe)
                 err = (layer(args[0]).float().reshape(y.shape) - y).square().sum(-1)
                 sums[name][label][0] += (err[live] / ref[live]).sum().item()
                 sums[name][label][1] += int(live.sum())
-        handles.append(linear.register_forward_hook(hook))
+        handles.append(model.get_submodule(name).register_forward_hook(hook))
     seen = 0
     try:
         for batch in batches:
@@ -73,7 +74,8 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates)
             h.remove()
     if seen == 0:
         raise ValueError("calibration is empty: recipe='auto' needs at least one batch")
-    return {name: {label: (e / n) ** 0.5 if n > 0 else 0.0 for label, (e, n) in d.items()}
+    # A layer the batches never ran (an unrouted expert, an unused branch) has no error to go by: inf.
+    return {name: {label: (e / n) ** 0.5 if n > 0 else math.inf for label, (e, n) in d.items()}
             for name, d in sums.items()}
 
 

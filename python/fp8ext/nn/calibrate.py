@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -15,7 +16,7 @@ from fp8ext.formats import E4M3, FP8Format, get_format
 from fp8ext.nn.linear import FP8Linear
 from fp8ext.ops.reference import amax_finite, scale_from_amax
 
-KV_PROJ_SUFFIXES = ("k_proj", "v_proj")
+KV_PROJ_NAMES = ("k_proj", "v_proj")  # the last name component (not qkv_proj / kv_proj)
 
 
 @dataclass
@@ -90,7 +91,7 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
     hd = _head_dim(model, head_dim)
     fp8_layers = {name: m for name, m in model.named_modules() if isinstance(m, FP8Linear)}
     kv_layers = {name: m for name, m in model.named_modules()
-                 if isinstance(m, (nn.Linear, FP8Linear)) and name.endswith(KV_PROJ_SUFFIXES)}
+                 if isinstance(m, (nn.Linear, FP8Linear)) and name.rpartition(".")[2] in KV_PROJ_NAMES}
 
     def record_input(name):
         def hook(_module, args):
@@ -125,6 +126,10 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
             h.remove()
     if result.batches == 0:
         raise ValueError("batches is empty: calibration needs at least one batch")
+    unseen = [n for n, m in fp8_layers.items() if m.recipe.activation_mode == "static" and n not in result.input_amax]
+    if unseen:
+        warnings.warn(f"calibration never ran {len(unseen)} static layers (their input_scale stays as it was): "
+                      f"{unseen[:5]}", stacklevel=2)
     for name, m in fp8_layers.items():
         if m.recipe.activation_mode == "static" and name in result.input_amax:
             s = scale_from_amax(result.input_amax[name], m.recipe.activation_format.torch_dtype,

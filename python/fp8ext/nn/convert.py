@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import fnmatch
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Union
@@ -137,7 +138,9 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
         summary.errors = choice.errors
         summary.fp8_flop_fraction = choice.fp8_flop_fraction
         for name in targets:
-            if choice.recipes[name] is None:
+            if all(math.isinf(e) for e in choice.errors[name].values()):
+                summary.skipped.append((name, "not exercised by the calibration batches"))
+            elif choice.recipes[name] is None:
                 summary.skipped.append((name, f"no candidate within max_error={max_error}"))
             else:
                 replace_linear(model, name, choice.recipes[name])

@@ -35,7 +35,8 @@ class FP8Linear(nn.Module):
 
     Without a GPU the same module runs through the exact CPU reference. The
     block-wise recipe computes through a dequantizing reference path until the
-    block-wise GEMM lands (issue 5).
+    block-wise GEMM lands (issue 5). Inference only: the FP8 ops have no
+    backward.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
@@ -135,17 +136,20 @@ class FP8Linear(nn.Module):
 
     def _apply(self, fn, recurse=True):
         # Casts (.to(dtype), .half(), ...) must not touch the FP8 weight or its
-        # float32 scales: hide them from nn.Module._apply, then move them to the
-        # device fn moves tensors to (read off an empty probe).
-        probe = fn(torch.empty(0, device=self.weight.device))
+        # float32 scales: they are hidden from nn.Module._apply, then get fn
+        # itself when it keeps their dtype (device moves, share_memory_,
+        # to_empty), else only the device fn moves to (read off an empty probe).
         hidden = {name: self._buffers[name] for name in _FP8_STATE if self._buffers.get(name) is not None}
         for name in hidden:
             self._buffers[name] = None
         try:
             super()._apply(fn, recurse)
-        finally:
-            for name, t in hidden.items():
-                self._buffers[name] = t.to(probe.device)
+        except BaseException:
+            self._buffers.update(hidden)
+            raise
+        for name, t in hidden.items():
+            probe = fn(torch.empty(0, dtype=t.dtype, device=t.device))
+            self._buffers[name] = fn(t) if probe.dtype == t.dtype else t.to(probe.device)
         return self
 
     def extra_repr(self) -> str:
@@ -171,7 +175,11 @@ def _adapt_checkpoint(layer: FP8Linear, sd: dict, prefix: str) -> None:
     for name in ("weight_scale", "input_scale"):
         t = sd.get(prefix + name)
         mine = layer._buffers.get(name)
-        if t is not None and mine is not None and t.shape != mine.shape and t.numel() == mine.numel():
+        if t is None or mine is None:
+            continue
+        if t.dtype != torch.float32 and t.is_floating_point():
+            t = sd[prefix + name] = t.float()  # compressed-tensors may store bf16 scales
+        if t.shape != mine.shape and t.numel() == mine.numel():
             sd[prefix + name] = t.reshape(mine.shape)  # [N, 1] -> [N], [1] -> []
 
 

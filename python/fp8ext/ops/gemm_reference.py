@@ -63,8 +63,8 @@ def scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, config, use_fast_accum=Fa
     allows a faster, less precise accumulation: the reference ignores it."""
     check_scaled_mm_args(a, b, scale_a, scale_b, bias, out_dtype, config)
     acc = a.float() @ b.float().t()
-    sa = scale_a.reshape(-1, 1) if scale_a.numel() > 1 else scale_a.reshape(())
-    sb = scale_b.reshape(1, -1) if scale_b.numel() > 1 else scale_b.reshape(())
+    sa = scale_a.reshape(-1, 1) if scale_a.numel() != 1 else scale_a.reshape(())  # [M] (M may be 0) or one
+    sb = scale_b.reshape(1, -1) if scale_b.numel() != 1 else scale_b.reshape(())
     d = (sa * sb) * acc
     if bias is not None:
         d = d + bias.float()
