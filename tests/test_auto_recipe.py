@@ -1,73 +1,99 @@
-"""convert(recipe="auto"): a recipe per layer from its measured output error."""
+"""convert(recipe="auto"): a recipe per layer from what its FP8 error costs the loss."""
+import math
+
 import pytest
 import torch
 from torch import nn
 
 import fp8ext
-from fp8ext import BlockWise, CurrentScaling, RowWise
+from fp8ext import BlockWise, RowWise
 from fp8ext.nn import FP8Linear
+from fp8ext.nn.auto import measure_errors
 
 
-def model_and_batches():
+class TinyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(64, 48)
+        self.up = nn.Linear(48, 96)
+        self.down = nn.Linear(96, 48)
+        self.mix = nn.Linear(48, 48)
+        self.lm_head = nn.Linear(48, 64)
+
+    def forward(self, ids):
+        h = self.embed(ids)
+        h = h + self.down(torch.relu(self.up(h)))
+        return self.lm_head(h + self.mix(h))
+
+
+def lm_and_batches():
+    torch.manual_seed(0)
+    return TinyLM(), [torch.randint(0, 64, (2, 16)) for _ in range(3)]
+
+
+def test_estimates_are_positive_and_the_summary_reports_them():
+    model, batches = lm_and_batches()
+    params_before = [p.requires_grad for p in model.parameters()]
+    errors = measure_errors(model, ["up", "down", "mix"], batches, None)
+    assert all(0 < v < math.inf for d in errors.values() for v in d.values())
+    assert [p.requires_grad for p in model.parameters()] == params_before
+    assert all(p.grad is None for p in model.parameters())
+    s = fp8ext.convert(model, "auto", calibration=batches, max_error=1.0)
+    assert [n for n, _ in s.converted] == ["up", "down", "mix"] and s.fp8_flop_fraction == 1.0
+    assert s.estimated_increase == pytest.approx(sum(min(d.values()) for d in errors.values()), rel=0.06)
+    assert "estimated perplexity increase" in str(s)
+    assert all(isinstance(getattr(model, n), FP8Linear) for n in ("up", "down", "mix"))
+
+
+def test_costliest_layers_per_flop_go_back_to_high_precision_first():
+    model, batches = lm_and_batches()
+    names = ["up", "down", "mix"]
+    errors = measure_errors(model, names, batches, None)
+    flops = {"up": 48 * 96, "down": 96 * 48, "mix": 48 * 48}
+    costliest = max(names, key=lambda n: min(errors[n].values()) / flops[n])
+    budget = sum(min(d.values()) for d in errors.values()) - min(errors[costliest].values()) * 0.5
+    s = fp8ext.convert(model, "auto", calibration=batches, max_error=budget)
+    assert (costliest, f"kept to stay within max_error={budget}") in s.skipped
+    assert s.estimated_increase <= budget
+    model, batches = lm_and_batches()
+    s = fp8ext.convert(model, "auto", calibration=batches, max_error=1e-12)
+    assert s.converted == [] and s.fp8_flop_fraction == 0.0
+
+
+def test_a_loud_token_steers_a_layer_to_per_token_scaling():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 256), nn.Linear(256, 128))
     batches = []
     for _ in range(3):
         x = torch.randn(16, 256)
-        x[3] *= 1e5  # one loud token: per-tensor scaling flushes the others to zero, per-token does not
+        x[3] *= 1e5  # per-tensor scaling flushes the other tokens to zero; per-token keeps them
         batches.append(x)
-    return model, batches
+    loss = lambda out, x: (out[torch.arange(16) != 3] ** 2).sum()  # noqa: E731 (the quiet tokens matter)
+    errors = measure_errors(model, ["0"], batches, None, loss)
+    assert errors["0"]["per-tensor"] > 100 * errors["0"]["row-wise"]
+    s = fp8ext.convert(model, "auto", calibration=batches, max_error=1e9, loss_fn=loss)
+    assert dict(s.converted)["0"] == RowWise()
 
 
-def test_each_layer_gets_the_cheapest_recipe_within_budget():
-    model, batches = model_and_batches()
-    errors = fp8ext.nn.auto.measure_errors(model, ["0", "1"], batches, None)
-    assert errors["0"]["per-tensor"] > 10 * errors["0"]["row-wise"]
-    budget = (errors["0"]["per-tensor"] + errors["0"]["row-wise"]) / 2
-    summary = fp8ext.convert(model, "auto", calibration=batches, max_error=budget)
-    assert summary.errors["0"] == pytest.approx(errors["0"])
-    chosen = dict(summary.converted)
-    assert chosen["0"] == RowWise()
-    assert isinstance(model[0], FP8Linear) and model[0].recipe == RowWise()
-    flops = {"0": 256 * 256, "1": 256 * 128}
-    assert summary.fp8_flop_fraction == pytest.approx(sum(flops[n] for n in chosen) / sum(flops.values()))
-    assert "eligible FLOPs in FP8" in str(summary)
-
-
-def test_budget_extremes():
-    model, batches = model_and_batches()
-    s = fp8ext.convert(model, "auto", calibration=batches, max_error=1e-12)
-    assert s.converted == [] and s.fp8_flop_fraction == 0.0
-    assert ("0", "no candidate within max_error=1e-12") in s.skipped
-    model, batches = model_and_batches()
-    s = fp8ext.convert(model, "auto", calibration=batches, max_error=10.0)
-    assert [r for _, r in s.converted] == [CurrentScaling(), CurrentScaling()] and s.fp8_flop_fraction == 1.0
-
-
-def test_custom_candidates_and_errors():
-    model, batches = model_and_batches()
-    s = fp8ext.convert(model, "auto", calibration=batches, max_error=10.0, candidates=[("blocks", BlockWise())])
+def test_custom_candidates_unused_layers_and_errors():
+    model, batches = lm_and_batches()
+    s = fp8ext.convert(model, "auto", calibration=batches, max_error=1.0, candidates=[("blocks", BlockWise())])
     assert all(r == BlockWise() for _, r in s.converted)
-    with pytest.raises(ValueError, match="needs calibration batches"):
-        fp8ext.convert(model_and_batches()[0], "auto")
-    with pytest.raises(ValueError, match="max_error must be a positive number"):
-        fp8ext.convert(model_and_batches()[0], "auto", calibration=batches, max_error=0)
-    with pytest.raises(ValueError, match="current-scaling Recipes"):
-        fp8ext.convert(model_and_batches()[0], "auto", calibration=batches, candidates=[fp8ext.PerTensorStatic()])
-    with pytest.raises(TypeError, match="recipe must be a fp8ext.recipes.Recipe or 'auto'"):
-        fp8ext.convert(model_and_batches()[0], "fast")
 
-
-def test_a_layer_calibration_never_runs_is_kept():
-    class WithUnused(nn.Module):
+    class WithUnused(TinyLM):
         def __init__(self):
             super().__init__()
-            self.used, self.unused = nn.Linear(32, 32), nn.Linear(32, 32)
+            self.unused = nn.Linear(48, 48)
 
-        def forward(self, x):
-            return self.used(x)
-
-    model = WithUnused()
-    s = fp8ext.convert(model, "auto", calibration=[torch.randn(4, 32)], max_error=10.0)
-    assert [n for n, _ in s.converted] == ["used"]
+    s = fp8ext.convert(WithUnused(), "auto", calibration=batches, max_error=1.0)
     assert ("unused", "not exercised by the calibration batches") in s.skipped
+    with pytest.raises(ValueError, match="needs calibration batches"):
+        fp8ext.convert(TinyLM(), "auto")
+    with pytest.raises(ValueError, match="max_error must be a positive number"):
+        fp8ext.convert(TinyLM(), "auto", calibration=batches, max_error=0)
+    with pytest.raises(ValueError, match="current-scaling Recipes"):
+        fp8ext.convert(TinyLM(), "auto", calibration=batches, candidates=[fp8ext.PerTensorStatic()])
+    with pytest.raises(ValueError, match="pass loss_fn"):
+        fp8ext.convert(nn.Sequential(nn.Linear(8, 8)), "auto", calibration=[torch.randn(2, 8)])
+    with pytest.raises(TypeError, match="recipe must be a fp8ext.recipes.Recipe or 'auto'"):
+        fp8ext.convert(TinyLM(), "fast")

@@ -25,13 +25,15 @@ class ConversionSummary:
 
     converted: list = field(default_factory=list)  # (name, recipe)
     skipped: list = field(default_factory=list)    # (name, reason)
-    errors: dict = field(default_factory=dict)     # recipe="auto": name -> {candidate: relative output error}
+    errors: dict = field(default_factory=dict)     # recipe="auto": name -> {candidate: estimated increase}
     fp8_flop_fraction: float | None = None         # recipe="auto": share of the eligible layers' FLOPs in FP8
+    estimated_increase: float | None = None        # recipe="auto": estimated relative perplexity increase
 
     def __str__(self) -> str:
         lines = [f"converted {len(self.converted)} linear layers to FP8, kept {len(self.skipped)} in high precision"]
         if self.fp8_flop_fraction is not None:
-            lines[0] += f"; {100 * self.fp8_flop_fraction:.1f}% of the eligible FLOPs in FP8"
+            lines[0] += (f"; {100 * self.fp8_flop_fraction:.1f}% of the eligible FLOPs in FP8, estimated "
+                         f"perplexity increase {100 * self.estimated_increase:.2f}%")
         lines += [f"  fp8   {name}: {recipe}" for name, recipe in self.converted]
         lines += [f"  kept  {name}: {reason}" for name, reason in self.skipped]
         return "\n".join(lines)
@@ -100,7 +102,8 @@ def replace_linear(model: nn.Module, name: str, recipe: Recipe) -> None:
 def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
             include: Selector | Iterable[Selector] | None = None,
             exclude: Selector | Iterable[Selector] | None = None, keep_lm_head: bool = True,
-            calibration: Iterable | None = None, max_error: float = 0.05, candidates=None) -> ConversionSummary:
+            calibration: Iterable | None = None, max_error: float = 0.01, candidates=None,
+            loss_fn=None) -> ConversionSummary:
     """Replaces eligible ``nn.Linear`` modules of ``model`` with :class:`FP8Linear`, in place.
 
     Selective precision by default: embeddings and normalization layers are not
@@ -112,12 +115,15 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
     qualified module name, e.g. ``"model.layers.0.*"``), a predicate
     ``(name, module) -> bool``, or a list of them.
 
-    ``recipe="auto"`` runs the ``calibration`` batches, measures each eligible
-    layer's relative output error (root mean square over tokens, against its
-    high-precision output) under each of ``candidates`` (default: per-tensor current, row-wise,
-    block-wise: the order of GEMM cost) and gives each layer the first one
-    within ``max_error``, or keeps it in high precision (see
-    :mod:`fp8ext.nn.auto`).
+    ``recipe="auto"`` runs forward and backward over the ``calibration``
+    batches (token ids of a causal LM; other models pass ``loss_fn(output,
+    batch)``) and estimates, for each eligible layer and each of
+    ``candidates`` (default: per-tensor current, row-wise, block-wise, in order
+    of GEMM cost), the relative perplexity increase that quantizing it would
+    cause (its output error weighed by the loss gradient: see
+    :mod:`fp8ext.nn.auto`). Each layer takes its best candidate; the layers
+    costing most per FLOP stay in high precision until the estimated total
+    increase is within ``max_error`` (0.01: about 1% perplexity).
 
     Static recipes start with ``input_scale = 1`` in every converted layer: run
     :func:`fp8ext.calibrate` (or set the ``input_scale`` buffers) before use.
@@ -134,14 +140,15 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
     if recipe == "auto":
         from fp8ext.nn.auto import choose_recipes  # noqa: PLC0415 (calibration machinery, only for auto)
 
-        choice = choose_recipes(model, targets, calibration, max_error, candidates)
+        choice = choose_recipes(model, targets, calibration, max_error, candidates, loss_fn)
         summary.errors = choice.errors
         summary.fp8_flop_fraction = choice.fp8_flop_fraction
+        summary.estimated_increase = choice.estimated_increase
         for name in targets:
             if all(math.isinf(e) for e in choice.errors[name].values()):
                 summary.skipped.append((name, "not exercised by the calibration batches"))
             elif choice.recipes[name] is None:
-                summary.skipped.append((name, f"no candidate within max_error={max_error}"))
+                summary.skipped.append((name, f"kept to stay within max_error={max_error}"))
             else:
                 replace_linear(model, name, choice.recipes[name])
                 summary.converted.append((name, choice.recipes[name]))
