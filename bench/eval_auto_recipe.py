@@ -5,7 +5,7 @@ protocol) and on 16384 held-out tokens (16384..32768), with the share of the
 decoder linears' FLOPs left in FP8 (issue 7's targets: within 1.5% of float32
 with >= 90% of FLOPs in FP8, within 1.0% with >= 80%).
 
-    python bench/eval_auto_recipe.py --out DIR
+    python bench/eval_auto_recipe.py --out DIR [--budgets 0.01 0.02 ...]
 """
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ BUDGETS = (0.005, 0.01, 0.015, 0.02)
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--budgets", type=float, nargs="+", default=list(BUDGETS))
+    ap.add_argument("--name", default="auto_recipe_smollm2", help="results file name (without .json)")
     args = ap.parse_args()
     model, tokenizer = evaluation.load_smollm2()
     ids = tokenizer(evaluation.lee_background_text(), add_special_tokens=False, return_tensors="pt").input_ids[0]
@@ -43,7 +45,7 @@ def main():
              "median": round(statistics.median(errors[n][label] for n in names), 6),
              "max": round(max(errors[n][label] for n in names), 6),
              "sum": round(sum(errors[n][label] for n in names), 5)} for label, _ in DEFAULT_CANDIDATES]
-    for budget in BUDGETS:
+    for budget in args.budgets:
         choice = choose_from_errors(model, names, errors, budget, DEFAULT_CANDIDATES)
         m = copy.deepcopy(model)
         for name, recipe in choice.recipes.items():
@@ -59,7 +61,7 @@ def main():
                      "held_out_16k_delta_pct": round(100 * (p_held_out / base_held_out - 1), 2),
                      "layers_per_recipe": counts, "layers_kept": sum(1 for n in names if choice.recipes[n] is None)})
         print(rows[-1], flush=True)
-    path = write_results(args.out, "auto_recipe_smollm2", rows)
+    path = write_results(args.out, args.name, rows)
     print(f"wrote {path}")
     print_table([r for r in rows if r["op"] == "auto_recipe"],
                 ["max_error", "fp8_flop_pct", "perplexity", "delta_pct", "estimated_pct", "held_out_16k_delta_pct",
