@@ -5,7 +5,8 @@
 #   usage: scripts/device/run.sh OUT [stage ...]
 #   stages: build ctest sanitize test bench (the default: all of these), profile (ncu on the quantize kernels)
 #   FP8EXT_COMMIT=<sha> names the commit in the benchmark JSON (the device copy's .git may be stale).
-# Carry .whl (the nvidia-cutlass and torchao wheels) with the call.
+# Carry .whl (the nvidia-cutlass and torchao wheels) and .data (real SmolLM2 layers for
+# tests/test_smollm2_layers_cuda.py: scripts/make_smollm2_layers.py writes them) with the call.
 set -uo pipefail
 OUT="${1:?usage: run.sh OUT [stage ...]}"; shift
 STAGES="${*:-build ctest sanitize test bench}"
