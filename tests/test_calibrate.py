@@ -44,8 +44,7 @@ def dequantized_twin(model):
     for name, m in list(twin.named_modules()):
         if isinstance(m, FP8Linear):
             lin = nn.Linear(m.in_features, m.out_features, bias=m.bias is not None)
-            g = {"per_tensor": None, "per_channel": None, "block": "block"}[m.recipe.weight_granularity]
-            lin.weight.data = fp8ext.dequantize(m.weight, m.weight_scale, g, cols=m.in_features)
+            lin.weight.data = m.dequantized_weight()
             if m.bias is not None:
                 lin.bias.data = m.bias.data.float()
             parent, _, child = name.rpartition(".")

@@ -71,7 +71,8 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
               progress: bool = True) -> CalibrationResult:
     """Runs ``model`` on each batch (``model(batch)``, or ``model(**batch)`` for a
     dict) and records the amax of every :class:`FP8Linear`'s input and of every
-    ``*k_proj`` / ``*v_proj`` output per KV head.
+    ``k_proj`` / ``v_proj`` output per KV head (the last name component must be
+    exactly that: fused ``qkv_proj`` layers are not split).
 
     During calibration every FP8Linear computes with its dequantized weight and
     unquantized input, so that no uncalibrated scale distorts the amax of the

@@ -71,10 +71,9 @@ class FP8Linear(nn.Module):
         self.register_buffer("weight", q)
         self.register_buffer("weight_scale", s)
         self.bias = None if bias is None else nn.Parameter(bias.to(dtype).clone(), requires_grad=False)
-        if recipe.activation_mode == "static":
+        if recipe.needs_state:  # static and delayed
             self.register_buffer("input_scale", torch.ones((), dtype=torch.float32, device=q.device))
-        elif recipe.activation_mode == "delayed":
-            self.register_buffer("input_scale", torch.ones((), dtype=torch.float32, device=q.device))
+        if recipe.activation_mode == "delayed":
             self.register_buffer("amax_history", torch.zeros(recipe.amax_history_len, dtype=torch.float32,
                                                              device=q.device))
 
@@ -93,12 +92,12 @@ class FP8Linear(nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(math.prod(lead), self.in_features)
         if self._high_precision:
-            return self._dequantized_forward(x2).reshape(*lead, self.out_features)
+            return self._float_matmul(x2, self.bias, x.dtype).reshape(*lead, self.out_features)
         q, s = quantize_api.quantize(x2, self.recipe, "activation", state=self._activation_state(),
                                      pad_k_to=K_ALIGN)
         bias = None if self.bias is None else self.bias.to(x.dtype)
-        if self.recipe.weight_granularity == "block":
-            y = _blockwise_reference(q, s, self.weight, self.weight_scale, self.in_features, bias, x.dtype)
+        if self.recipe.weight_granularity == "block":  # exact FP8 emulation until the block-wise GEMM lands
+            y = self._float_matmul(quantize_api.dequantize(q, s, "group", cols=self.in_features), bias, x.dtype)
         else:
             y = gemm.scaled_mm(q, self.weight, s, self.weight_scale, out_dtype=x.dtype, bias=bias)
         return y.reshape(*lead, self.out_features)
@@ -113,13 +112,17 @@ class FP8Linear(nn.Module):
         finally:
             self._high_precision = previous
 
-    def _dequantized_forward(self, x2: torch.Tensor) -> torch.Tensor:
-        g = {"per_tensor": "per_tensor", "per_channel": "per_row", "block": "block"}[self.recipe.weight_granularity]
-        w = quantize_api.dequantize(self.weight, self.weight_scale, g, cols=self.in_features)
-        y = x2.float() @ w.t()
-        if self.bias is not None:
-            y = y + self.bias.float()
-        return y.to(x2.dtype)
+    def dequantized_weight(self) -> torch.Tensor:
+        """The weight the layer computes with, as float32 [out_features, in_features]."""
+        granularity = "block" if self.recipe.weight_granularity == "block" else None  # else read off the scale
+        return quantize_api.dequantize(self.weight, self.weight_scale, granularity, cols=self.in_features)
+
+    def _float_matmul(self, a: torch.Tensor, bias, out_dtype: torch.dtype) -> torch.Tensor:
+        """a @ W^T + bias in float32 with the dequantized weight, rounded once to out_dtype."""
+        y = a.float() @ self.dequantized_weight().t()
+        if bias is not None:
+            y = y + bias.float()
+        return y.to(out_dtype)
 
     # Checkpoints hold the weight unpadded [N, K], like vLLM's and compressed-tensors'
     # FP8 files (weight, weight_scale, input_scale); loading also takes their
@@ -182,12 +185,3 @@ def _adapt_checkpoint(layer: FP8Linear, sd: dict, prefix: str) -> None:
         if t.shape != mine.shape and t.numel() == mine.numel():
             sd[prefix + name] = t.reshape(mine.shape)  # [N, 1] -> [N], [1] -> []
 
-
-def _blockwise_reference(q, s, weight, weight_scale, k, bias, out_dtype):
-    """Block-wise scales through dequantization and a float32 matmul (exact FP8 emulation)."""
-    a = quantize_api.dequantize(q, s, "group", cols=k)
-    w = quantize_api.dequantize(weight, weight_scale, "block", cols=k)
-    y = a @ w.t()
-    if bias is not None:
-        y = y + bias.float()
-    return y.to(out_dtype)
