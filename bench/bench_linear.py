@@ -59,6 +59,41 @@ def variants():
     return out
 
 
+def breakdown():
+    """Where an fp8ext layer's time goes: its activation quantization and its GEMM
+    timed apart (graph-timed, weights rotated), with cuBLAS's scaled_mm on the
+    same operands as the GEMM's anchor."""
+    rows = []
+    for label, recipe in (("per-tensor", fp8ext.CurrentScaling()), ("row-wise", fp8ext.RowWise())):
+        lins = [[fp8ext.nn.FP8Linear.from_linear(nn.Linear(k, n, bias=False).to("cuda", torch.bfloat16), recipe)
+                 for _ in range(COPIES)] for _, k, n in LAYER]
+        for m in M_ALL:
+            for (name, k, n), copies in zip(LAYER, lins):
+                x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                q, s = fp8ext.quantize(x, recipe, "activation", pad_k_to=16)
+                state = {"i": 0}
+
+                def pick():
+                    state["i"] += 1
+                    return copies[state["i"] % COPIES]
+
+                t_q = graph_time_ms(lambda: fp8ext.quantize(x, recipe, "activation", pad_k_to=16))
+                t_mm = graph_time_ms(lambda: (lambda w: fp8ext.scaled_mm(q, w.weight, s, w.weight_scale))(pick()))
+                row = {"op": "linear_breakdown", "variant": f"fp8ext {label}", "layer": name, "M": m,
+                       "quantize_ms": round(t_q, 5), "gemm_ms": round(t_mm, 5)}
+                try:
+                    sb = lambda w: w.weight_scale.reshape(1, -1) if w.weight_scale.dim() else w.weight_scale
+                    sa = s.reshape(-1, 1) if s.dim() else s
+                    t_cb = graph_time_ms(lambda: (lambda w: torch._scaled_mm(q, w.weight.t(), sa, sb(w),
+                                                                               out_dtype=torch.bfloat16))(pick()))
+                    row["cublas_gemm_ms"] = round(t_cb, 5)
+                except RuntimeError as e:
+                    row["cublas_note"] = str(e)[:120]
+                rows.append(row)
+    print_table(rows, ["variant", "layer", "M", "quantize_ms", "gemm_ms", "cublas_gemm_ms"])
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results")
@@ -101,6 +136,7 @@ def main():
                 r["anchor"] = "torchao, faster variant"
                 r["ratio_vs_torchao"] = round(min(anchors) / r["ms"], 3)
             r["ratio_vs_bf16"] = round(times[("bf16 nn.Linear", r["M"])] / r["ms"], 3)
+    rows += breakdown()
     path = write_results(args.out, "linear_stack", rows)
     print(f"wrote {path}")
     print_table([r for r in rows if "M" in r], ["variant", "M", "ms", "ratio_vs_torchao", "ratio_vs_bf16",

@@ -15,12 +15,17 @@ BUILD="$ROOT/build/device"
 mkdir -p "$OUT"
 cd "$ROOT"
 status=0
+# At most 8 files come back from the device: the logs go into one archive, also
+# when a step or the whole call is cut short.
+pack() { (cd "$OUT" && tar czf "logs-$(echo $STAGES | tr ' ' -).tgz" *.log 2>/dev/null && rm -f *.log); }
+trap pack EXIT
+STEP_TIMEOUT=${STEP_TIMEOUT:-300}  # seconds; a hung step must not eat the whole call
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 step() {  # step NAME CMD...: runs CMD, logs to OUT/NAME.log, remembers failures
   local name="$1"; shift
   local t0=$SECONDS
   echo "== $name"
-  if "$@" > "$OUT/$name.log" 2>&1; then
+  if timeout "$STEP_TIMEOUT" "$@" > "$OUT/$name.log" 2>&1; then
     echo "   ok ($((SECONDS - t0)) s)"
   else
     echo "   FAILED ($((SECONDS - t0)) s), tail of $name.log:"; tail -40 "$OUT/$name.log"; status=1
@@ -73,6 +78,4 @@ if has profile; then
     --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats \
     python3 "$ROOT/scripts/device/profile_quantize.py"
 fi
-# At most 8 files come back from the device: pack the logs into one archive.
-(cd "$OUT" && tar czf "logs-$(echo $STAGES | tr ' ' -).tgz" *.log 2>/dev/null && rm -f *.log)
 exit $status
