@@ -94,11 +94,13 @@ def bench_row(m, n, k, row_wise, config="auto", anchor=True, fast=False):
 
 def configs_to_time(m):
     """Tile configurations worth timing at this M (--configs)."""
-    if m <= 128:
+    if m <= 16:
         return ("swap_small", "swap_medium", "medium")
+    if m <= 128:
+        return ("swap_small", "swap_medium", "medium", "large", "large_cluster_n", "large_n192", "wide_fast_accum")
     if m < 1024:
-        return ("swap_medium", "medium", "large", "large_n192", "wide_fast_accum")
-    return ("large", "large_n192", "wide_fast_accum")
+        return ("swap_medium", "medium", "large", "large_cluster_n", "large_n192", "wide_fast_accum")
+    return ("large", "large_cluster_n", "large_n192", "wide_fast_accum")
 
 
 def accuracy_rows():

@@ -25,9 +25,10 @@
 //                             would be > 10% idle (see large_m_config)
 //
 // fp32 output has kLarge and kSwapMedium only; E5M2 operands (fp32 output) kLarge only.
-// kWideFastAccum and kLargeN192 are instantiated for bf16 only.
+// kWideFastAccum, kLargeN192 and kLargeClusterN are instantiated for bf16 only.
 #include <cstdint>
 
+#include "fp8ext/cuda_launch.h"
 #include "fp8ext/scaled_mm.h"
 #include "scaled_mm_kernels.h"
 
@@ -38,24 +39,16 @@ using gemm::Kernel;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// SMs of the current device (cached per thread and device; 132 on an H200).
-int64_t sm_count() {
-  thread_local int cached_device = -1, cached = 0;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 132;
-  if (device != cached_device) {
-    if (cudaDeviceGetAttribute(&cached, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) cached = 132;
-    cached_device = device;
-  }
-  return cached;
-}
+// SMs of the current device (132 on an H200).
+int64_t sm_count() { return current_device_info().sm_count; }
 
 int64_t element_bytes(DType d) { return d == DType::kFloat32 ? 4 : 2; }
 
 // The configurations instantiated for each type combination (see the header).
 bool has_config(const ScaledMmProblem& p, GemmConfig c) {
   const bool e4m3 = p.a_format == Fp8Format::kE4M3 && p.b_format == Fp8Format::kE4M3;
-  if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192) return e4m3 && p.d_dtype == DType::kBFloat16;
+  if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN)
+    return e4m3 && p.d_dtype == DType::kBFloat16;
   if (e4m3 && p.d_dtype != DType::kFloat32) return c != GemmConfig::kAuto;
   if (e4m3) return c == GemmConfig::kLarge || c == GemmConfig::kSwapMedium;
   return p.d_dtype == DType::kFloat32 && c == GemmConfig::kLarge &&
@@ -83,6 +76,7 @@ bool with_kernel(const ScaledMmProblem& p, GemmConfig c, Fn&& fn) {
       if constexpr (D == DType::kBFloat16) {
         if (c == GemmConfig::kWideFastAccum) fn(Kernel<E4, E4, D, GemmConfig::kWideFastAccum>{});
         if (c == GemmConfig::kLargeN192) fn(Kernel<E4, E4, D, GemmConfig::kLargeN192>{});
+        if (c == GemmConfig::kLargeClusterN) fn(Kernel<E4, E4, D, GemmConfig::kLargeClusterN>{});
       }
     };
     switch (p.d_dtype) {
@@ -131,6 +125,7 @@ const char* gemm_config_name(GemmConfig config) {
     case GemmConfig::kSwapMedium: return "swap_ab_64x64";
     case GemmConfig::kWideFastAccum: return "wide_128x256_coop_fast_accum";
     case GemmConfig::kLargeN192: return "large_128x192_coop";
+    case GemmConfig::kLargeClusterN: return "large_128x128_coop_cluster_1x2";
   }
   return "unknown";
 }

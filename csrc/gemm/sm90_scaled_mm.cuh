@@ -13,6 +13,11 @@
 #include <cstdlib>
 #include <type_traits>
 
+// The GEMMs launch with programmatic dependent launch (fp8ext/cuda_launch.h):
+// this makes CUTLASS's kernels wait for the previous kernel before they read
+// their operands. Without it a PDL launch would race.
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
@@ -23,6 +28,7 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/kernel_hardware_info.h>
 
+#include "fp8ext/cuda_launch.h"
 #include "scaled_mm_kernels.h"
 
 namespace fp8ext::cuda::gemm {
@@ -82,6 +88,13 @@ struct ConfigOf<GemmConfig::kWideFastAccum>
 template <>
 struct ConfigOf<GemmConfig::kLargeN192>
     : TileConfig<Shape<_128, _192, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                 cutlass::epilogue::TmaWarpSpecializedCooperative, false, 8> {};
+
+// With one row of 128-row tiles (M <= 128) a 2x1 cluster leaves half its CTAs
+// without a tile; 1x2 pairs tiles along N and multicasts their shared A.
+template <>
+struct ConfigOf<GemmConfig::kLargeClusterN>
+    : TileConfig<Shape<_128, _128, _128>, Shape<_1, _2, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                  cutlass::epilogue::TmaWarpSpecializedCooperative, false, 8> {};
 
 // Run-time knobs for dispatch tuning only (environment, read once per process;
@@ -197,7 +210,7 @@ struct Sm90ScaledMm {
     }
     cutlass::KernelHardwareInfo hw;
     cudaGetDevice(&hw.device_id);
-    hw.sm_count = sm_count(hw.device_id);
+    hw.sm_count = current_device_info().sm_count;
     typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
                                   {m, n, k, 1},
                                   mainloop,
@@ -225,15 +238,6 @@ struct Sm90ScaledMm {
       if (padded(tiles_m, s * kClusterM) * padded(tiles_n, s * kClusterN) * 100 <= base * 103) return s;
     }
     return 1;
-  }
-
-  static int sm_count(int device) {
-    thread_local int cached_device = -1, cached = 0;  // per thread: no locking; re-queried on a change
-    if (device != cached_device) {
-      cached = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
-      cached_device = device;
-    }
-    return cached;
   }
 };
 
@@ -266,7 +270,7 @@ cudaError_t Kernel<A, B, D, C>::run(const ScaledMmProblem& p, void* workspace, c
   if (status != cutlass::Status::kSuccess) return detail::refusal(status);
   status = gemm.initialize(args, workspace, stream);
   if (status != cutlass::Status::kSuccess) return detail::refusal(status);
-  return detail::launch_result(gemm.run(stream));
+  return detail::launch_result(gemm.run(stream, nullptr, pdl_enabled()));
 }
 
 }  // namespace fp8ext::cuda::gemm

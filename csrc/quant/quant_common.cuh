@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "fp8ext/cuda_launch.h"
 #include "fp8ext/scaling.h"
 #include "fp8ext/types.h"
 
@@ -266,15 +267,7 @@ void dispatch(const ConstMatrix& x, Fp8Format f, Fn&& fn) {
   }
 }
 
-inline int num_sms() {
-  static int sms = [] {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n > 0 ? n : 132;
-  }();
-  return sms;
-}
+inline int num_sms() { return current_device_info().sm_count; }
 
 // Rows a block takes per step in the row-striding kernels. Measured on the H200
 // (bench/NOTES.md): the quantizing kernels are fastest at two (four cost ~6%:

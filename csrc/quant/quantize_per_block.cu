@@ -21,6 +21,8 @@ template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kThreads) quantize_per_block_kernel(Input<T> in, Output out, ScaleRule rule,
                                                                       int64_t block_cols, float* scales) {
   __shared__ float smem[32];
+  wait_for_prior_kernels();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
+  allow_next_kernel_launch();
   const int64_t br = blockIdx.y, bc = blockIdx.x;
   const int64_t c0 = bc * kGroupSize + (threadIdx.x % kChunkCols) * kChunk;
   const int64_t r0 = br * kGroupSize + threadIdx.x / kChunkCols;
@@ -56,11 +58,11 @@ cudaError_t quantize_per_block(const ConstMatrix& x, const ScaleRule& rule, cons
   if (block_rows > 0 && block_cols > 0) {
     const Output out = make_output(q);
     const dim3 grid(static_cast<unsigned>(block_cols), static_cast<unsigned>(block_rows));
+    cudaError_t err = cudaSuccess;
     dispatch(x, q.format, [&](auto in, auto fmt) {
-      quantize_per_block_kernel<typename decltype(in)::Element, decltype(fmt)::value>
-          <<<grid, kThreads, 0, stream>>>(in, out, rule, block_cols, block_scales);
+      err = launch(quantize_per_block_kernel<typename decltype(in)::Element, decltype(fmt)::value>, grid,
+                   dim3(kThreads), stream, in, out, rule, block_cols, block_scales);
     });
-    cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
   const int64_t covered = std::min(block_cols * kGroupSize, q.padded_cols);

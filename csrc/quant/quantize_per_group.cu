@@ -46,6 +46,8 @@ template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kThreads) quantize_per_group_kernel(Input<T> in, Output out, ScaleRule rule,
                                                                       int64_t groups, int64_t padded_rows,
                                                                       float* scales) {
+  wait_for_prior_kernels();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
+  allow_next_kernel_launch();
   constexpr int N = kQuantizeRowsPerStep;
   const int64_t g = blockIdx.x * int64_t{kGroupsPerBlock} + threadIdx.x / kLanesPerGroup;
   const int lane = threadIdx.x % kLanesPerGroup;
@@ -73,13 +75,13 @@ cudaError_t quantize_per_group(const ConstMatrix& x, const ScaleRule& rule, cons
   const int64_t total = x.rows * groups;
   if (total > 0) {
     const Output out = make_output(q);
+    cudaError_t err = cudaSuccess;
     dispatch(x, q.format, [&](auto in, auto fmt) {
       const int64_t x_blocks = ceil_div(groups, kGroupsPerBlock);
       const dim3 grid(static_cast<unsigned>(x_blocks), row_step_grid_y(x.rows, x_blocks, kQuantizeRowsPerStep));
-      quantize_per_group_kernel<typename decltype(in)::Element, decltype(fmt)::value><<<grid, kThreads, 0, stream>>>(
-              in, out, rule, groups, padded_rows, group_scales);
+      err = launch(quantize_per_group_kernel<typename decltype(in)::Element, decltype(fmt)::value>, grid,
+                   dim3(kThreads), stream, in, out, rule, groups, padded_rows, group_scales);
     });
-    cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
   // K padding beyond the last group (pad_k_to > 128) is not covered by any group.

@@ -18,6 +18,8 @@ template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(256) quantize_per_row_kernel(Input<T> in, Output out, ScaleRule rule,
                                                                float* row_scales) {
   __shared__ float smem[32];
+  wait_for_prior_kernels();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
+  allow_next_kernel_launch();
   const int64_t r = blockIdx.x;
   const int64_t read_chunks = ceil_div(in.cols, kChunk);
   const int64_t write_chunks = ceil_div(out.padded_cols, kChunk);
@@ -66,11 +68,12 @@ cudaError_t quantize_per_row(const ConstMatrix& x, const ScaleRule& rule, const 
   const int64_t chunks = std::max<int64_t>(1, ceil_div(q.padded_cols, kChunk));
   const int threads = static_cast<int>(std::min<int64_t>(256, round_up(ceil_div(chunks, kCached), 32)));
   const Output out = make_output(q);
+  cudaError_t err = cudaSuccess;
   dispatch(x, q.format, [&](auto in, auto fmt) {
-    quantize_per_row_kernel<typename decltype(in)::Element, decltype(fmt)::value>
-        <<<static_cast<unsigned>(x.rows), threads, 0, stream>>>(in, out, rule, row_scales);
+    err = launch(quantize_per_row_kernel<typename decltype(in)::Element, decltype(fmt)::value>,
+                 dim3(static_cast<unsigned>(x.rows)), dim3(threads), stream, in, out, rule, row_scales);
   });
-  return cudaGetLastError();
+  return err;
 }
 
 }  // namespace fp8ext::cuda

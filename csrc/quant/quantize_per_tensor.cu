@@ -90,6 +90,8 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
                                                                    DelayedUpdate delayed) {
   __shared__ float smem[32];
   __shared__ bool last_block;
+  wait_for_prior_kernels();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
+  allow_next_kernel_launch();
   const float s = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
   const Scale scale(s);
@@ -136,6 +138,8 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
 template <typename T>
 __global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out) {
   __shared__ float smem[32];
+  wait_for_prior_kernels();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
+  allow_next_kernel_launch();
   constexpr int N = kAmaxRowsPerStep<T>;
   float amax = 0.0f;
   for_each_chunk_step<N>(in.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {
@@ -155,6 +159,8 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chu
 
 template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kThreads) cast_kernel(Input<T> in, Output out, int64_t chunks_per_row, bool saturate) {
+  wait_for_prior_kernels();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
+  allow_next_kernel_launch();
   auto cast_row = [&](int64_t r, int64_t c0) {
     float v[kChunk];
     in.load(r, c0, v);
@@ -181,10 +187,12 @@ cudaError_t cast_to_fp8(const ConstMatrix& x, const Fp8Matrix& q, bool saturate,
   const int64_t chunks = write_chunks_per_row(q);
   if (chunks * q.rows == 0) return cudaSuccess;
   const Output out = make_output(q);
+  cudaError_t err = cudaSuccess;
   dispatch(x, q.format, [&](auto in, auto fmt) {
-    cast_kernel<FP8EXT_TYPES(in, fmt)><<<grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), kThreads, 0, stream>>>(in, out, chunks, saturate);
+    err = launch(cast_kernel<FP8EXT_TYPES(in, fmt)>, grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads),
+                 stream, in, out, chunks, saturate);
   });
-  return cudaGetLastError();
+  return err;
 }
 
 cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const Fp8Matrix& q,
@@ -192,11 +200,13 @@ cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const 
   const int64_t chunks = write_chunks_per_row(q);
   if (chunks * q.rows == 0) return cudaSuccess;
   const Output out = make_output(q);
+  cudaError_t err = cudaSuccess;
   dispatch(x, q.format, [&](auto in, auto fmt) {
-    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, false><<<grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), kThreads, 0, stream>>>(
-        in, out, chunks, scale, ScaleRule{}, nullptr, nullptr, DelayedUpdate{});
+    err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, false>,
+                 grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, out, chunks, scale,
+                 ScaleRule{}, nullptr, nullptr, DelayedUpdate{});
   });
-  return cudaGetLastError();
+  return err;
 }
 
 cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
@@ -208,14 +218,17 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
   const int64_t chunks = write_chunks_per_row(q);
   const int64_t read_chunks = ceil_div(x.cols, kChunk);
   dispatch(x, q.format, [&](auto in, auto fmt) {
+    using T = typename decltype(in)::Element;
     if (read_chunks * x.rows > 0)
-      amax_kernel<typename decltype(in)::Element>
-          <<<grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<typename decltype(in)::Element>), kThreads, 0, stream>>>(in, read_chunks, amax_workspace);
+      err = launch(amax_kernel<T>, grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>), dim3(kThreads), stream, in,
+                   read_chunks, amax_workspace);
     // Runs even for an empty tensor: block 0 writes the scale (1 for amax 0).
-    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false><<<grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), kThreads, 0, stream>>>(
-        in, make_output(q), chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{});
+    if (err == cudaSuccess)
+      err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false>,
+                   grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, make_output(q),
+                   chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{});
   });
-  return cudaGetLastError();
+  return err;
 }
 
 cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool use_history_max,
@@ -228,10 +241,11 @@ cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool u
   const DelayedUpdate update{amax_history, history_len, scale, use_history_max};
   dispatch(x, q.format, [&](auto in, auto fmt) {
     // An empty tensor still launches one block, which records amax 0.
-    quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, true><<<grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), kThreads, 0, stream>>>(
-        in, make_output(q), chunks, scale, rule, scale_used, amax_workspace, update);
+    err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, true>,
+                 grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, make_output(q), chunks,
+                 scale, rule, scale_used, amax_workspace, update);
   });
-  return cudaGetLastError();
+  return err;
 }
 
 #undef FP8EXT_TYPES

@@ -26,6 +26,8 @@ __global__ void __launch_bounds__(kThreads)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __shared__ float smem[32];
   __shared__ float block_amax;
+  wait_for_prior_kernels();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
+  allow_next_kernel_launch();
   cg::cluster_group cluster = cg::this_cluster();
   int row[kChunksPerThread], col[kChunksPerThread];
   typename Input<T>::Raw raw[kChunksPerThread] = {};
@@ -59,20 +61,11 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-bool device_has_clusters() {
-  static const bool yes = [] {
-    int dev = 0, major = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    return major >= 9;
-  }();
-  return yes;
-}
 
 }  // namespace
 
 bool per_tensor_fits_one_pass(const ConstMatrix& x, const Fp8Matrix& q) {
-  return x.rows * ceil_div(q.padded_cols, kChunk) <= kMaxChunks && device_has_clusters();
+  return x.rows * ceil_div(q.padded_cols, kChunk) <= kMaxChunks && current_device_info().hopper();
 }
 
 cudaError_t quantize_per_tensor_one_pass(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
@@ -86,13 +79,13 @@ cudaError_t quantize_per_tensor_one_pass(const ConstMatrix& x, const ScaleRule& 
     config.gridDim = dim3(kClusterBlocks);
     config.blockDim = dim3(kThreads);
     config.stream = stream;
-    cudaLaunchAttribute cluster;
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = kClusterBlocks;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
+    cudaLaunchAttribute attrs[2];
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = kClusterBlocks;
+    attrs[0].val.clusterDim.y = 1;
+    attrs[0].val.clusterDim.z = 1;
+    config.attrs = attrs;
+    config.numAttrs = 1 + pdl_attribute(attrs[1]);
     err = cudaLaunchKernelEx(&config, one_pass_kernel<typename decltype(in)::Element, decltype(fmt)::value>, in, out,
                              chunks_per_row, total_chunks, rule, scale_out);
   });

@@ -141,7 +141,7 @@ const Case kCases[] = {{1, 136, 128}, {15, 264, 256}, {17, 136, 384}, {64, 200, 
                        {129, 136, 512}, {300, 520, 256}};
 const GemmConfig kConfigs[] = {GemmConfig::kAuto,      GemmConfig::kLarge,         GemmConfig::kMedium,
                                GemmConfig::kSwapSmall, GemmConfig::kSwapMedium,    GemmConfig::kWideFastAccum,
-                               GemmConfig::kLargeN192};
+                               GemmConfig::kLargeN192, GemmConfig::kLargeClusterN};
 
 // Hopper's FP8 MMA accumulates with ~14 bits between the kernel's fp32
 // promotions (every 128 of K): ~1-2.5e-4 relative error even with fp32 output.

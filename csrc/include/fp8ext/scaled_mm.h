@@ -56,7 +56,8 @@ enum class GemmConfig : int {
   kWideFastAccum = 5,  // 128x256x128 tile, 2x1 cluster, cooperative, FP8 fast accumulation
                        // (no periodic fp32 promotion: cuBLAS's use_fast_accum class)
   kLargeN192 = 6,      // 128x192x128 tile, 2x1 cluster, cooperative (fewer, larger tiles than kLarge)
-  kLastConfig = kLargeN192,
+  kLargeClusterN = 7,  // 128x128x128 tile, 1x2 cluster (the pair shares A): M of one tile row
+  kLastConfig = kLargeClusterN,
 };
 
 const char* gemm_config_name(GemmConfig config);

@@ -1,0 +1,97 @@
+// What the CUDA launchers share: facts about the current device (cached per
+// thread) and programmatic dependent launch (PDL, sm_90+).
+//
+// PDL lets a kernel be launched while the kernel before it in the stream is
+// still finishing: its blocks become resident and set up, then wait in
+// `wait_for_prior_kernels()` until the previous kernel has completed and its
+// writes are visible. In a decode step (quantize, GEMM, quantize, GEMM, ...
+// of a few microseconds each) that hides most of each launch gap. Every
+// kernel launched with PDL must call `wait_for_prior_kernels()` before it
+// reads or writes global memory (CUTLASS's sm90 GEMMs do so when built with
+// CUTLASS_ENABLE_GDC_FOR_SM90). FP8EXT_PDL=0 in the environment turns it off
+// (read at each launch, so a test can compare both ways in one process).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+namespace fp8ext::cuda {
+
+struct DeviceInfo {
+  int sm_count = 132;
+  int major = 0;  // compute capability
+  // The kernels run code built for sm_90 only on Hopper: elsewhere the
+  // quantization kernels JIT their compute_80 PTX, which has neither the PDL
+  // wait nor clusters. PDL and the cluster kernels are Hopper-only.
+  bool hopper() const { return major == 9; }
+};
+
+inline const DeviceInfo& current_device_info() {
+  thread_local int cached_device = -1;
+  thread_local DeviceInfo info;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();  // keep a failed query from being reported by the next launch
+    return info;
+  }
+  if (device != cached_device) {
+    int sms = 0, major = 0;
+    const bool ok = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess;
+    if (!ok) (void)cudaGetLastError();
+    info = DeviceInfo{ok && sms > 0 ? sms : 132, ok ? major : 0};
+    cached_device = device;
+  }
+  return info;
+}
+
+inline bool pdl_enabled() {
+  if (!current_device_info().hopper()) return false;
+  const char* v = std::getenv("FP8EXT_PDL");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
+// Fills `attr` with the PDL attribute and returns 1 when PDL is on, else 0:
+// the count of attributes to pass.
+inline unsigned pdl_attribute(cudaLaunchAttribute& attr) {
+  if (!pdl_enabled()) return 0;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  return 1;
+}
+
+// kernel<<<grid, block, 0, stream>>>(args...), with PDL when it is on.
+template <typename... Params, typename... Args>
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = pdl_attribute(attr[0]);
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+#ifdef __CUDACC__
+// Returns once the kernels before this one in the stream have completed and
+// their memory is visible (a no-op when launched without PDL).
+__device__ __forceinline__ void wait_for_prior_kernels() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel in the stream be launched now (it still waits for this
+// one to finish before touching memory): called early, its setup overlaps ours.
+__device__ __forceinline__ void allow_next_kernel_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+#endif
+
+}  // namespace fp8ext::cuda

@@ -1,0 +1,80 @@
+"""Programmatic dependent launch (csrc/include/fp8ext/cuda_launch.h): on Hopper
+the quantize and GEMM kernels launch before the kernel ahead of them has
+finished and wait for it on the device. A missing wait is a race, so a chain
+of layers (quantize, GEMM, quantize, GEMM, ...), run eagerly and replayed from
+a CUDA graph, must give bit for bit what it gives with PDL off (FP8EXT_PDL=0,
+read at each launch)."""
+import contextlib
+import os
+
+import pytest
+import torch
+from torch import nn
+
+import fp8ext
+
+pytestmark = pytest.mark.gpu
+
+WIDTHS = [512, 1024, 256, 2048, 512]  # a chain of linears, K and N varying layer to layer
+
+
+@contextlib.contextmanager
+def pdl(on: bool):
+    previous = os.environ.get("FP8EXT_PDL")
+    os.environ["FP8EXT_PDL"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["FP8EXT_PDL"]
+        else:
+            os.environ["FP8EXT_PDL"] = previous
+
+
+def chain(recipe):
+    torch.manual_seed(1)
+    model = nn.Sequential(*(nn.Linear(k, n) for k, n in zip(WIDTHS, WIDTHS[1:]))).to("cuda", torch.bfloat16)
+    fp8ext.convert(model, recipe, keep_lm_head=False)
+    assert all(isinstance(m, fp8ext.FP8Linear) for m in model)
+    return model
+
+
+RECIPES = {"current": fp8ext.CurrentScaling, "row-wise": fp8ext.RowWise, "delayed": fp8ext.DelayedScaling}
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+@pytest.mark.parametrize("m", [1, 16, 300])  # 300 rows: per-tensor takes its two-pass path
+def test_pdl_chain_matches_plain_launches(recipe, m, seed):
+    x = torch.randn(m, WIDTHS[0], device="cuda", dtype=torch.bfloat16)
+    steps = 3  # delayed scaling's history moves each step: the sequences must match step by step
+    with pdl(False), torch.no_grad():
+        plain_model = chain(RECIPES[recipe]())
+        plain = [plain_model(x).clone() for _ in range(steps)]
+    with pdl(True), torch.no_grad():
+        model = chain(RECIPES[recipe]())
+        eager = [model(x).clone() for _ in range(steps)]
+    for got, want in zip(eager, plain):
+        assert torch.isfinite(want).all()
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("m", [16, 300])
+def test_pdl_chain_in_a_cuda_graph(m, seed):
+    x = torch.randn(m, WIDTHS[0], device="cuda", dtype=torch.bfloat16)
+    with pdl(False), torch.no_grad():
+        want = chain(fp8ext.RowWise())(x)
+    with pdl(True), torch.no_grad():
+        model = chain(fp8ext.RowWise())
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            model(x)  # warm-up outside the graph
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = [model(x) for _ in range(4)]  # back to back, each layer's input the previous layer's output
+        for _ in range(5):
+            graph.replay()
+            torch.cuda.synchronize()
+            for out in outs:
+                assert torch.equal(out, want)
