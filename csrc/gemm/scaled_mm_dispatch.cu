@@ -15,6 +15,9 @@
 //                             (64 x 128 tiles, ping-pong): 128x4096x4096 12.5 vs 15.7,
 //                             128x4096x14336 27.3 vs 39.0; 128x6144x4096 17.5 vs 15.0,
 //                             128x8192x8192 33.2 vs 27.7
+//                kLargeClusterN for N >= 8192 (bf16): 128 x 128 tiles in 1x2 clusters (run
+//                             c1d075d: 128x28672x4096 36.4 vs medium 45.0, cuBLAS 35.5;
+//                             128x8192x8192 26.6 vs 27.0; 128x6144x4096 14.2 vs 13.6)
 //   M  > 128     kLarge       128 x 128 tiles, 2x1 cluster, cooperative, fp32 promotion
 //                             every 256 of K (4096x6144x4096: 171 us = 1208 TFLOP/s)
 //                kLargeN192   128 x 192 tiles for M >= 4096 and N >= 6144 (bf16):
@@ -25,7 +28,7 @@
 //                             would be > 10% idle (see large_m_config)
 //
 // fp32 output has kLarge and kSwapMedium only; E5M2 operands (fp32 output) kLarge only.
-// kWideFastAccum, kLargeN192 and kLargeClusterN are instantiated for bf16 only.
+// kWideFastAccum, kLargeN192, kLargeClusterN and kSwapSplitK are instantiated for bf16 only.
 #include <cstdint>
 
 #include "fp8ext/cuda_launch.h"
@@ -47,7 +50,8 @@ int64_t element_bytes(DType d) { return d == DType::kFloat32 ? 4 : 2; }
 // The configurations instantiated for each type combination (see the header).
 bool has_config(const ScaledMmProblem& p, GemmConfig c) {
   const bool e4m3 = p.a_format == Fp8Format::kE4M3 && p.b_format == Fp8Format::kE4M3;
-  if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN)
+  if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN ||
+      c == GemmConfig::kSwapSplitK)
     return e4m3 && p.d_dtype == DType::kBFloat16;
   if (e4m3 && p.d_dtype != DType::kFloat32) return c != GemmConfig::kAuto;
   if (e4m3) return c == GemmConfig::kLarge || c == GemmConfig::kSwapMedium;
@@ -77,6 +81,7 @@ bool with_kernel(const ScaledMmProblem& p, GemmConfig c, Fn&& fn) {
         if (c == GemmConfig::kWideFastAccum) fn(Kernel<E4, E4, D, GemmConfig::kWideFastAccum>{});
         if (c == GemmConfig::kLargeN192) fn(Kernel<E4, E4, D, GemmConfig::kLargeN192>{});
         if (c == GemmConfig::kLargeClusterN) fn(Kernel<E4, E4, D, GemmConfig::kLargeClusterN>{});
+        if (c == GemmConfig::kSwapSplitK) fn(Kernel<E4, E4, D, GemmConfig::kSwapSplitK>{});
       }
     };
     switch (p.d_dtype) {
@@ -114,6 +119,22 @@ GemmConfig large_m_config(const ScaledMmProblem& p) {
   return GemmConfig::kLarge;
 }
 
+// M <= 16: 64 x 16 swap tiles, or split-K 128 x 16 tiles when N / 64 would
+// leave more than 40% of the SMs idle and K gives two splits of 512 or more.
+GemmConfig small_m_config(const ScaledMmProblem& p) {
+  if (has_config(p, GemmConfig::kSwapSplitK) && tiles(p, 16, 64) * 10 <= sm_count() * 6 && p.k >= 1024)
+    return GemmConfig::kSwapSplitK;
+  return GemmConfig::kSwapSmall;
+}
+
+// 64 < M <= 128: swap-AB 64x64 while its tiles fit in one wave; else 128x128
+// tiles in 1x2 clusters for N >= 8192 (bf16), else 64x128.
+GemmConfig one_tile_row_config(const ScaledMmProblem& p) {
+  if (tiles(p, 64, 64) <= sm_count()) return GemmConfig::kSwapMedium;
+  if (p.n >= 8192 && has_config(p, GemmConfig::kLargeClusterN)) return GemmConfig::kLargeClusterN;
+  return GemmConfig::kMedium;
+}
+
 }  // namespace
 
 const char* gemm_config_name(GemmConfig config) {
@@ -126,6 +147,7 @@ const char* gemm_config_name(GemmConfig config) {
     case GemmConfig::kWideFastAccum: return "wide_128x256_coop_fast_accum";
     case GemmConfig::kLargeN192: return "large_128x192_coop";
     case GemmConfig::kLargeClusterN: return "large_128x128_coop_cluster_1x2";
+    case GemmConfig::kSwapSplitK: return "swap_ab_128x16_split_k";
   }
   return "unknown";
 }
@@ -157,10 +179,9 @@ bool scaled_mm_has_config(const ScaledMmProblem& p, GemmConfig config) {
 
 GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p) {
   GemmConfig c = large_m_config(p);
-  const int64_t swap_medium_tiles = tiles(p, 64, 64);
-  if (p.m <= 16) c = GemmConfig::kSwapSmall;
+  if (p.m <= 16) c = small_m_config(p);
   else if (p.m <= 64) c = GemmConfig::kSwapMedium;
-  else if (p.m <= 128) c = swap_medium_tiles <= sm_count() ? GemmConfig::kSwapMedium : GemmConfig::kMedium;
+  else if (p.m <= 128) c = one_tile_row_config(p);
   if (!has_config(p, c)) c = p.m <= 64 && has_config(p, GemmConfig::kSwapMedium) ? GemmConfig::kSwapMedium
                                                                                  : GemmConfig::kLarge;
   return c;
