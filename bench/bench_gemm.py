@@ -95,7 +95,7 @@ def bench_row(m, n, k, row_wise, config="auto", anchor=True, fast=False):
 def configs_to_time(m):
     """Tile configurations worth timing at this M (--configs)."""
     if m <= 16:
-        return ("swap_small", "swap_split_k", "swap_medium", "medium")
+        return ("swap_small", "swap_medium", "medium")
     if m <= 128:
         return ("swap_small", "swap_medium", "medium", "large", "large_cluster_n", "large_n192", "wide_fast_accum")
     if m < 1024:

@@ -9,6 +9,9 @@
 //   M <= 16      kSwapSmall   swap-AB, 64 x 16 x 128 tiles: N fills the MMA's 64 rows
 //                             16x6144x4096: 10.6 (swap_medium 13.3, medium 14.2, stream-K 14.4)
 //                             16x8192x8192: 20.5 (25.0, 25.5, 25.3)
+//                             With PDL (run c1d075d): 16x4096x4096 7.8 us; a split-K 128 x 16
+//                             swap kernel (CUTLASS stream-K scheduler, 4 splits, 128 CTAs)
+//                             took 14.0 there and 24.2 vs 19.8 at 16x4096x14336 (run 3d7a393)
 //   M <= 64      kSwapMedium  swap-AB, 64 x 64 x 128 tiles
 //                             64x6144x4096: 11.4 (swap_small 18.4, medium 14.7)
 //   M <= 128     kSwapMedium  when its tiles (N/64 x M/64) fit in one wave on the SMs, else kMedium
@@ -28,7 +31,7 @@
 //                             would be > 10% idle (see large_m_config)
 //
 // fp32 output has kLarge and kSwapMedium only; E5M2 operands (fp32 output) kLarge only.
-// kWideFastAccum, kLargeN192, kLargeClusterN and kSwapSplitK are instantiated for bf16 only.
+// kWideFastAccum, kLargeN192 and kLargeClusterN are instantiated for bf16 only.
 #include <cstdint>
 
 #include "fp8ext/cuda_launch.h"
@@ -50,8 +53,7 @@ int64_t element_bytes(DType d) { return d == DType::kFloat32 ? 4 : 2; }
 // The configurations instantiated for each type combination (see the header).
 bool has_config(const ScaledMmProblem& p, GemmConfig c) {
   const bool e4m3 = p.a_format == Fp8Format::kE4M3 && p.b_format == Fp8Format::kE4M3;
-  if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN ||
-      c == GemmConfig::kSwapSplitK)
+  if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN)
     return e4m3 && p.d_dtype == DType::kBFloat16;
   if (e4m3 && p.d_dtype != DType::kFloat32) return c != GemmConfig::kAuto;
   if (e4m3) return c == GemmConfig::kLarge || c == GemmConfig::kSwapMedium;
@@ -81,7 +83,6 @@ bool with_kernel(const ScaledMmProblem& p, GemmConfig c, Fn&& fn) {
         if (c == GemmConfig::kWideFastAccum) fn(Kernel<E4, E4, D, GemmConfig::kWideFastAccum>{});
         if (c == GemmConfig::kLargeN192) fn(Kernel<E4, E4, D, GemmConfig::kLargeN192>{});
         if (c == GemmConfig::kLargeClusterN) fn(Kernel<E4, E4, D, GemmConfig::kLargeClusterN>{});
-        if (c == GemmConfig::kSwapSplitK) fn(Kernel<E4, E4, D, GemmConfig::kSwapSplitK>{});
       }
     };
     switch (p.d_dtype) {
@@ -119,14 +120,6 @@ GemmConfig large_m_config(const ScaledMmProblem& p) {
   return GemmConfig::kLarge;
 }
 
-// M <= 16: 64 x 16 swap tiles, or split-K 128 x 16 tiles when N / 64 would
-// leave more than 40% of the SMs idle and K gives two splits of 512 or more.
-GemmConfig small_m_config(const ScaledMmProblem& p) {
-  if (has_config(p, GemmConfig::kSwapSplitK) && tiles(p, 16, 64) * 10 <= sm_count() * 6 && p.k >= 1024)
-    return GemmConfig::kSwapSplitK;
-  return GemmConfig::kSwapSmall;
-}
-
 // 64 < M <= 128: swap-AB 64x64 while its tiles fit in one wave; else 128x128
 // tiles in 1x2 clusters for N >= 8192 (bf16), else 64x128.
 GemmConfig one_tile_row_config(const ScaledMmProblem& p) {
@@ -147,7 +140,6 @@ const char* gemm_config_name(GemmConfig config) {
     case GemmConfig::kWideFastAccum: return "wide_128x256_coop_fast_accum";
     case GemmConfig::kLargeN192: return "large_128x192_coop";
     case GemmConfig::kLargeClusterN: return "large_128x128_coop_cluster_1x2";
-    case GemmConfig::kSwapSplitK: return "swap_ab_128x16_split_k";
   }
   return "unknown";
 }
@@ -179,7 +171,7 @@ bool scaled_mm_has_config(const ScaledMmProblem& p, GemmConfig config) {
 
 GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p) {
   GemmConfig c = large_m_config(p);
-  if (p.m <= 16) c = small_m_config(p);
+  if (p.m <= 16) c = GemmConfig::kSwapSmall;
   else if (p.m <= 64) c = GemmConfig::kSwapMedium;
   else if (p.m <= 128) c = one_tile_row_config(p);
   if (!has_config(p, c)) c = p.m <= 64 && has_config(p, GemmConfig::kSwapMedium) ? GemmConfig::kSwapMedium

@@ -1,6 +1,5 @@
 // Kernels instantiated for bf16 output only (E4M3 x E4M3): 128x192 tiles,
-// 128x256 tiles with FP8 fast accumulation, and 128x128 tiles in 1x2 clusters
-// (the split-K decode kernel is in scaled_mm_e4m3_bf16_split_k.cu).
+// 128x256 tiles with FP8 fast accumulation, and 128x128 tiles in 1x2 clusters.
 #include "sm90_scaled_mm.cuh"
 
 namespace fp8ext::cuda::gemm {

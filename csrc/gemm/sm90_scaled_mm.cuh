@@ -10,18 +10,15 @@
 // which is D row-major; the scales and the bias trade axes accordingly.
 #pragma once
 
-#include <algorithm>
 #include <cstdlib>
 #include <type_traits>
 
 // The GEMMs launch with programmatic dependent launch (fp8ext/cuda_launch.h):
 // this makes CUTLASS's kernels wait for the previous kernel before they read
-// their operands. Without it a PDL launch would race, so a file that leaves it
-// out (FP8EXT_GEMM_WITHOUT_PDL: CUTLASS 4.2's stream-K scheduler does not
-// compile with it) gets plain launches.
-#ifndef FP8EXT_GEMM_WITHOUT_PDL
+// their operands. Without it a PDL launch would race. (CUTLASS 4.2's stream-K
+// scheduler does not compile with it: is_last_tile, a const member, binds a
+// member to a non-const reference.)
 #define CUTLASS_ENABLE_GDC_FOR_SM90 1
-#endif
 
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
@@ -52,17 +49,12 @@ using namespace cute;
 // the error against float64 after rounding to bf16 stayed that of cuBLAS's
 // default mode (1.67e-3 vs 1.66e-3). With fp32 output the extra error shows
 // (2.1e-4 vs cuBLAS's 1.3e-4), so fp32 output promotes every 4 (bench/NOTES.md).
-//
-// Scheduler: void is CUTLASS's persistent data-parallel scheduler;
-// StreamKScheduler here always runs split-K (see splits_for).
-template <class Tile_, class Cluster_, class Mainloop_, class Epilogue_, bool kSwap_, int kPromotion_ = 4,
-          class Scheduler_ = void>
+template <class Tile_, class Cluster_, class Mainloop_, class Epilogue_, bool kSwap_, int kPromotion_ = 4>
 struct TileConfig {
   using Tile = Tile_;
   using Cluster = Cluster_;
   using MainloopSchedule = Mainloop_;
   using EpilogueSchedule = Epilogue_;
-  using Scheduler = Scheduler_;
   static constexpr bool kSwap = kSwap_;
   static constexpr int kPromotion = kPromotion_;
 };
@@ -106,15 +98,6 @@ template <>
 struct ConfigOf<GemmConfig::kLargeClusterN>
     : TileConfig<Shape<_128, _128, _128>, Shape<_1, _2, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                  cutlass::epilogue::TmaWarpSpecializedCooperative, false, 8> {};
-
-// Decode with a narrow N: 64-row swap tiles give N / 64 CTAs (64 for N = 4096,
-// half the SMs, each streaming its weight rows at the per-SM rate). 128-row
-// tiles split along K in CUTLASS's deterministic split-K (the last split adds
-// the others' fp32 partials from the workspace) put 128 CTAs to work.
-template <>
-struct ConfigOf<GemmConfig::kSwapSplitK>
-    : TileConfig<Shape<_128, _16, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                 cutlass::epilogue::TmaWarpSpecializedCooperative, true, 4, cutlass::gemm::StreamKScheduler> {};
 
 // Run-time knobs for dispatch tuning only (environment, read once per process;
 // 0 = the built-in choice): FP8EXT_GEMM_SWIZZLE (tile scheduler swizzle,
@@ -188,9 +171,8 @@ struct Sm90ScaledMm {
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Cfg::MainloopSchedule>::CollectiveOp;
 
-  static constexpr bool kSplitK = std::is_same_v<typename Cfg::Scheduler, cutlass::gemm::StreamKScheduler>;
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
-                                                          CollectiveEpilogue, typename Cfg::Scheduler>;
+                                                          CollectiveEpilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
   static typename Gemm::Arguments arguments(const ScaledMmProblem& p) {
@@ -241,19 +223,7 @@ struct Sm90ScaledMm {
     // the H200 +9% at 8192^3 and +2.5% at K = 14336, -1% at K = 4096.
     args.scheduler.max_swizzle_size = tune.swizzle ? tune.swizzle : (k >= 8192 ? swizzle_without_idle_tiles(m, n, 4) : 1);
     args.scheduler.raster_order = tune.raster == 1 ? Raster::AlongM : tune.raster == 2 ? Raster::AlongN : Raster::Heuristic;
-    if constexpr (kSplitK) {
-      args.scheduler.splits = splits_for(m, n, k, hw.sm_count);
-      args.scheduler.decomposition_mode = cutlass::gemm::kernel::detail::DecompositionMode::SplitK;
-    }
     return args;
-  }
-
-  // As many K splits as keep every tile's splits within one wave of the SMs,
-  // each split at least 4 K tiles (512) long.
-  static int splits_for(int m, int n, int k, int sms) {
-    const int tiles = ((m + size<0>(Tile{}) - 1) / size<0>(Tile{})) * ((n + size<1>(Tile{}) - 1) / size<1>(Tile{}));
-    const int k_tiles = (k + size<2>(Tile{}) - 1) / size<2>(Tile{});
-    return std::max(1, std::min(sms / std::max(tiles, 1), k_tiles / 4));
   }
 
   // CUTLASS's scheduler rounds both tile counts up to a multiple of swizzle x
@@ -302,12 +272,7 @@ cudaError_t Kernel<A, B, D, C>::run(const ScaledMmProblem& p, void* workspace, c
   if (status != cutlass::Status::kSuccess) return detail::refusal(status);
   status = gemm.initialize(args, workspace, stream);
   if (status != cutlass::Status::kSuccess) return detail::refusal(status);
-#ifdef CUTLASS_ENABLE_GDC_FOR_SM90
-  const bool pdl = pdl_enabled();
-#else
-  const bool pdl = false;
-#endif
-  return detail::launch_result(gemm.run(stream, nullptr, pdl));
+  return detail::launch_result(gemm.run(stream, nullptr, pdl_enabled()));
 }
 
 }  // namespace fp8ext::cuda::gemm

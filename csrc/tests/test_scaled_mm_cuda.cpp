@@ -141,7 +141,7 @@ const Case kCases[] = {{1, 136, 128}, {15, 264, 256}, {17, 136, 384}, {64, 200, 
                        {129, 136, 512}, {300, 520, 256}};
 const GemmConfig kConfigs[] = {GemmConfig::kAuto,      GemmConfig::kLarge,         GemmConfig::kMedium,
                                GemmConfig::kSwapSmall, GemmConfig::kSwapMedium,    GemmConfig::kWideFastAccum,
-                               GemmConfig::kLargeN192, GemmConfig::kLargeClusterN, GemmConfig::kSwapSplitK};
+                               GemmConfig::kLargeN192, GemmConfig::kLargeClusterN};
 
 // Hopper's FP8 MMA accumulates with ~14 bits between the kernel's fp32
 // promotions (every 128 of K): ~1-2.5e-4 relative error even with fp32 output.
@@ -238,9 +238,8 @@ FP8EXT_TEST(auto_config_buckets) {
     p.m = m;
     return cuda::scaled_mm_auto_config(p);
   };
-  // N = 4096: 64 swap tiles of 64 would leave half the SMs idle: split-K.
-  EXPECT_EQ(int(config_for(1)), int(GemmConfig::kSwapSplitK));
-  EXPECT_EQ(int(config_for(16)), int(GemmConfig::kSwapSplitK));
+  EXPECT_EQ(int(config_for(1)), int(GemmConfig::kSwapSmall));
+  EXPECT_EQ(int(config_for(16)), int(GemmConfig::kSwapSmall));
   EXPECT_EQ(int(config_for(17)), int(GemmConfig::kSwapMedium));
   EXPECT_EQ(int(config_for(64)), int(GemmConfig::kSwapMedium));
   // 65..128: swap-AB 64x64 while its tiles fit in one wave (N = 4096: 128 tiles), else 64x128.
@@ -249,7 +248,6 @@ FP8EXT_TEST(auto_config_buckets) {
   p.n = 8192;
   EXPECT_EQ(int(config_for(65)), int(GemmConfig::kLargeClusterN));  // one row of 128-row tiles, N >= 8192
   EXPECT_EQ(int(config_for(128)), int(GemmConfig::kLargeClusterN));
-  EXPECT_EQ(int(config_for(16)), int(GemmConfig::kSwapSmall));  // 128 swap tiles: no split-K
   EXPECT_EQ(int(config_for(129)), int(GemmConfig::kLarge));
   EXPECT_EQ(int(config_for(4096)), int(GemmConfig::kLargeN192));  // M >= 4096, N >= 6144
   p.allow_fast_accum = true;  // 128x256 fast-accumulation tiles when they fill the waves (bf16 only)
@@ -262,9 +260,6 @@ FP8EXT_TEST(auto_config_buckets) {
   EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kLarge));
   EXPECT_EQ(int(config_for(4096)), int(GemmConfig::kLarge));
   EXPECT_EQ(int(config_for(128)), int(GemmConfig::kMedium));  // the 1x2-cluster kernel is bf16 only
-  p.n = 4096;
-  EXPECT_EQ(int(config_for(16)), int(GemmConfig::kSwapSmall));  // and so is split-K
-  p.n = 8192;
   p.allow_fast_accum = false;
   p.d_dtype = DType::kFloat32;  // fp32 output: kLarge and kSwapMedium only
   EXPECT_EQ(int(config_for(1)), int(GemmConfig::kSwapMedium));

@@ -57,8 +57,7 @@ enum class GemmConfig : int {
                        // (no periodic fp32 promotion: cuBLAS's use_fast_accum class)
   kLargeN192 = 6,      // 128x192x128 tile, 2x1 cluster, cooperative (fewer, larger tiles than kLarge)
   kLargeClusterN = 7,  // 128x128x128 tile, 1x2 cluster (the pair shares A): M of one tile row
-  kSwapSplitK = 8,     // swap-AB 128 x 16 tiles, split along K (decode with N too small to fill the SMs)
-  kLastConfig = kSwapSplitK,
+  kLastConfig = kLargeClusterN,
 };
 
 const char* gemm_config_name(GemmConfig config);

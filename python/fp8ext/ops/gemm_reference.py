@@ -10,7 +10,7 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # Tile configurations of the CUDA kernels (GemmConfig in csrc/include/fp8ext/scaled_mm.h);
 # from wide_fast_accum on they are bf16-output only.
 CONFIGS = {"auto": 0, "large": 1, "medium": 2, "swap_small": 3, "swap_medium": 4,
-           "wide_fast_accum": 5, "large_n192": 6, "large_cluster_n": 7, "swap_split_k": 8}
+           "wide_fast_accum": 5, "large_n192": 6, "large_cluster_n": 7}
 MAX_CONFIG = max(CONFIGS.values())
 
 
