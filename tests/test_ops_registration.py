@@ -22,6 +22,19 @@ def op_cases(device):
     yield torch.ops.fp8ext.scaled_mm.default, (
         a, b, torch.rand(37, device=device), torch.tensor(0.5, device=device),
         torch.randn(24, device=device, dtype=torch.bfloat16), torch.bfloat16, 0)
+    # Paged KV cache: pools [pages, page_size, H_kv, D]; a bf16 pool lets test_schema check the write's mutation.
+    for cache_dtype in (torch.bfloat16, F8):
+        k_cache = torch.zeros(6, 16, 2, 64, device=device, dtype=cache_dtype)
+        v_cache = torch.zeros_like(k_cache)
+        k = torch.randn(5, 2, 64, device=device, dtype=torch.bfloat16)
+        scale = torch.full((2,), 0.5, device=device)
+        slots = torch.tensor([3, -1, 17, 40, 95], device=device)
+        yield torch.ops.fp8ext.kv_cache_write.default, (k, k, k_cache, v_cache, slots, scale, scale)
+        table = torch.tensor([[2, 0, 5], [1, 4, 0]], device=device, dtype=torch.int32)
+        lens = torch.tensor([40, 9], device=device, dtype=torch.int32)
+        q = torch.randn(2, 8, 64, device=device, dtype=torch.bfloat16)
+        yield torch.ops.fp8ext.paged_decode_attention.default, (
+            q, k_cache, v_cache, table, lens, scale, scale, 0.125, 2, 0, 0.0)
 
 
 def _opcheck(device):

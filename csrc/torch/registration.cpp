@@ -43,6 +43,20 @@ TORCH_LIBRARY(fp8ext, m) {
   m.def(
       "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, ScalarType out_dtype, "
       "int config, bool use_fast_accum=False) -> Tensor");
+  // Paged KV cache (python/fp8ext/kv_cache.py): k, v [T, H_kv, D] stored as
+  // cast(x / scale) into [pages, page_size, H_kv, D] pools at slot_mapping
+  // (page * page_size + offset; -1 skips a token).
+  m.def(
+      "kv_cache_write(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping, "
+      "Tensor k_scale, Tensor v_scale) -> ()");
+  // One query token per sequence, q [B, H_q, D], over the pages of block_table
+  // [B, max_pages] up to seq_lens [B]; num_splits splits each sequence's KV
+  // (planned on the host, so the captured kernel's grid is fixed); window > 0
+  // keeps the last `window` tokens; softcap > 0 caps the logits with tanh.
+  m.def(
+      "paged_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, Tensor seq_lens, "
+      "Tensor k_scale, Tensor v_scale, float softmax_scale, int num_splits=1, int window=0, "
+      "float softcap=0.0) -> Tensor");
 }
 
 extern "C" PyObject* PyInit__C(void) {

@@ -10,6 +10,7 @@ from fp8ext import ops  # noqa: F401  (fake and fallback implementations)
 from fp8ext import formats, recipes
 from fp8ext.formats import E4M3, E5M2, FP8Format
 from fp8ext.gemm import scaled_mm
+from fp8ext.kv_cache import DecodePlan, PagedKVCache, capacity_tokens
 from fp8ext import nn
 from fp8ext.nn import FP8Linear, calibrate, convert
 from fp8ext.quantize import dequantize, quantize
@@ -21,6 +22,7 @@ __version__ = "0.1.0"
 __all__ = [
     "E4M3", "E5M2", "FP8Format", "formats", "recipes", "Recipe", "CurrentScaling", "DelayedScaling",
     "PerTensorStatic", "RowWise", "BlockWise", "ScalingState", "quantize", "dequantize", "scaled_mm", "nn", "FP8Linear", "convert", "calibrate", "info",
+    "PagedKVCache", "DecodePlan", "capacity_tokens",
 ]
 
 

@@ -63,3 +63,14 @@ def _quantize_per_block(x, dtype, margin, power_of_two, pad_k_to):
 @torch.library.register_fake("fp8ext::scaled_mm")
 def _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, config, use_fast_accum=False):
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+
+
+@torch.library.register_fake("fp8ext::kv_cache_write")
+def _kv_cache_write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
+    return None
+
+
+@torch.library.register_fake("fp8ext::paged_decode_attention")
+def _paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, softmax_scale,
+                            num_splits=1, window=0, softcap=0.0):
+    return q.new_empty(q.shape)

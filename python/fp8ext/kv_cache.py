@@ -1,0 +1,215 @@
+"""A paged KV cache in FP8 (or bf16/fp16, the baseline) for decoding.
+
+Per layer, K and V live in page pools [num_pages, page_size, num_kv_heads,
+head_dim]; a sequence owns a list of pages, and its tokens go to consecutive
+slots (slot = page * page_size + offset). The manager is host-side
+bookkeeping; the ops `kv_cache_write` (quantize and scatter new K/V in one
+launch) and `paged_decode_attention` do the device work.
+
+    cache = fp8ext.PagedKVCache(num_layers=32, num_kv_heads=8, head_dim=128, num_pages=4096,
+                                page_size=16, dtype=torch.float8_e4m3fn, device="cuda",
+                                scales=calibration.kv_scales("e4m3"))
+    slots = cache.append(seq_id, num_new_tokens)        # allocates pages as needed
+    cache.write(layer, k, v, slots)                     # k, v [num_new_tokens, H_kv, D]
+    plan = cache.plan([seq_a, seq_b])                   # block table, lengths (host-side, once per step)
+    out = cache.attention(layer, q, plan)               # q [batch, H_q, D]
+    cache.free(seq_id)
+
+Scales: stored codes are x / scale (per layer, one value or one per KV head);
+attention multiplies them back. FP8 caches without calibrated scales use 1.0
+and warn: values past the format's range (448 for E4M3) saturate.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from typing import Mapping, Sequence
+
+import torch
+
+from fp8ext.ops.kv_cache_reference import CACHE_DTYPES
+
+FP8_CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+# Tokens each split of a sequence should cover at least: fewer and the split's
+# fixed costs (its partial output, the log-sum-exp merge) outweigh its reads.
+MIN_TOKENS_PER_SPLIT = 256
+
+
+def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+    """K and V of one token across all layers."""
+    return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+def capacity_tokens(memory_bytes: int, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
+                    page_size: int = 16) -> int:
+    """Tokens a cache of `memory_bytes` holds, in whole pages (FP8: twice bf16's)."""
+    page_bytes = page_size * bytes_per_token(num_layers, num_kv_heads, head_dim, dtype)
+    return (memory_bytes // page_bytes) * page_size
+
+
+def plan_splits(batch: int, num_kv_heads: int, max_len: int, num_sms: int = 132) -> int:
+    """KV splits per sequence for the decode kernel: enough (batch x heads x
+    splits) work items for two per SM, none shorter than MIN_TOKENS_PER_SPLIT."""
+    wanted = math.ceil(2 * num_sms / max(1, batch * num_kv_heads))
+    return max(1, min(wanted, math.ceil(max_len / MIN_TOKENS_PER_SPLIT)))
+
+
+@dataclasses.dataclass
+class DecodePlan:
+    """What one decode step needs on the device, built on the host: capture
+    the attention with a plan and replay it after refilling these tensors
+    in place (`PagedKVCache.plan(..., out=plan)`)."""
+    seq_ids: list
+    block_table: torch.Tensor  # [batch, max_pages] int32; unused entries 0
+    seq_lens: torch.Tensor  # [batch] int32
+    num_splits: int
+
+
+class PagedKVCache:
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, num_pages: int, page_size: int = 16,
+                 dtype: torch.dtype = torch.float8_e4m3fn, device="cpu", scales=None,
+                 max_pages_per_seq: int | None = None):
+        for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
+                            ("num_pages", num_pages), ("page_size", page_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if dtype not in CACHE_DTYPES:
+            raise TypeError(f"dtype must be float8_e4m3fn, float8_e5m2, bfloat16 or float16, got {dtype}")
+        self.num_layers, self.num_kv_heads, self.head_dim = num_layers, num_kv_heads, head_dim
+        self.num_pages, self.page_size, self.dtype = num_pages, page_size, dtype
+        self.device = torch.device(device)
+        self.max_pages_per_seq = max_pages_per_seq or num_pages
+        shape = (num_pages, page_size, num_kv_heads, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
+        self.k_scale, self.v_scale = self._scales(scales)
+        self._free = list(range(num_pages - 1, -1, -1))  # a stack: pop() hands out low ids first
+        self._pages: dict = {}
+        self._lens: dict = {}
+
+    # ---- scales -------------------------------------------------------------
+    def _scales(self, scales):
+        """Per layer float32 [H_kv] tensors from `scales`: None (1.0), or per
+        layer a {"k_scale", "v_scale"} mapping (calibrate(...).kv_scales(fmt)
+        gives one per attention layer, in model order), as a sequence or a
+        mapping whose values are taken in order."""
+        ones = [torch.ones(self.num_kv_heads, device=self.device) for _ in range(self.num_layers)]
+        if scales is None:
+            if self.dtype in FP8_CACHE_DTYPES:
+                warnings.warn("PagedKVCache: no calibrated k_scale/v_scale, using 1.0 (values beyond the FP8 "
+                              "range saturate); pass scales=calibrate(model, batches).kv_scales(fmt)",
+                              RuntimeWarning, stacklevel=3)
+            return ones, [t.clone() for t in ones]
+        per_layer = list(scales.values()) if isinstance(scales, Mapping) else list(scales)
+        if len(per_layer) != self.num_layers:
+            raise ValueError(f"scales must give one entry per layer ({self.num_layers}), got {len(per_layer)}")
+        k, v = [], []
+        for i, entry in enumerate(per_layer):
+            if not isinstance(entry, Mapping) or not {"k_scale", "v_scale"} <= set(entry):
+                raise ValueError(f"scales[{i}] must be a mapping with 'k_scale' and 'v_scale', got {entry!r}")
+            k.append(self._scale_tensor(entry["k_scale"], f"scales[{i}]['k_scale']"))
+            v.append(self._scale_tensor(entry["v_scale"], f"scales[{i}]['v_scale']"))
+        return k, v
+
+    def _scale_tensor(self, value, name: str) -> torch.Tensor:
+        t = torch.as_tensor(value, dtype=torch.float32).to(self.device).reshape(-1)
+        if t.numel() == 1:
+            t = t.expand(self.num_kv_heads).clone()
+        if t.numel() != self.num_kv_heads:
+            raise ValueError(f"{name} must hold one value or {self.num_kv_heads} (one per KV head), got {t.numel()}")
+        if not bool((torch.isfinite(t) & (t > 0)).all()):
+            raise ValueError(f"{name} must be finite and positive, got {t.tolist()}")
+        return t
+
+    # ---- pages ----------------------------------------------------------------
+    @property
+    def free_pages(self) -> int:
+        return len(self._free)
+
+    def length(self, seq_id) -> int:
+        return self._lens.get(seq_id, 0)
+
+    def append(self, seq_id, num_tokens: int) -> torch.Tensor:
+        """Reserves `num_tokens` slots after the sequence's current end (a new
+        seq_id starts empty) and returns them as an int64 slot mapping on the
+        cache's device. Raises RuntimeError, changing nothing, when the free
+        pages or the sequence's page limit do not suffice."""
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
+            raise ValueError(f"num_tokens must be a non-negative int, got {num_tokens!r}")
+        pages = self._pages.get(seq_id, [])
+        start = self._lens.get(seq_id, 0)
+        end = start + num_tokens
+        needed = -(-end // self.page_size) - len(pages)
+        if -(-end // self.page_size) > self.max_pages_per_seq:
+            raise RuntimeError(f"sequence {seq_id!r} would need {-(-end // self.page_size)} pages, more than "
+                               f"max_pages_per_seq = {self.max_pages_per_seq}")
+        if needed > len(self._free):
+            raise RuntimeError(f"out of KV-cache pages: sequence {seq_id!r} needs {needed} more, {len(self._free)} "
+                               f"of {self.num_pages} are free (free finished sequences or make the cache larger)")
+        pages = pages + [self._free.pop() for _ in range(needed)]
+        self._pages[seq_id], self._lens[seq_id] = pages, end
+        positions = torch.arange(start, end)
+        page_ids = torch.tensor(pages, dtype=torch.int64)[positions // self.page_size]
+        return (page_ids * self.page_size + positions % self.page_size).to(self.device)
+
+    def free(self, seq_id) -> None:
+        """Returns the sequence's pages to the pool at once."""
+        if seq_id not in self._pages:
+            raise KeyError(f"unknown sequence {seq_id!r}")
+        self._free.extend(reversed(self._pages.pop(seq_id)))
+        del self._lens[seq_id]
+
+    # ---- device work ------------------------------------------------------------
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        """Quantizes k, v [num_tokens, H_kv, D] with the layer's scales into their slots (-1: skipped)."""
+        self._check_layer(layer)
+        torch.ops.fp8ext.kv_cache_write(k, v, self.k[layer], self.v[layer], slot_mapping,
+                                        self.k_scale[layer], self.v_scale[layer])
+
+    def plan(self, seq_ids: Sequence, num_sms: int | None = None, out: DecodePlan | None = None) -> DecodePlan:
+        """Block table and lengths of these sequences for one decode step (host-side).
+        With `out`, refills its tensors in place (same batch size), so a CUDA
+        graph captured with it replays on the new step."""
+        seq_ids = list(seq_ids)
+        for s in seq_ids:
+            if s not in self._pages:
+                raise KeyError(f"unknown sequence {s!r}")
+        width = out.block_table.shape[1] if out is not None else max(
+            [1] + [len(self._pages[s]) for s in seq_ids])
+        table = torch.zeros(len(seq_ids), width, dtype=torch.int32)
+        for row, s in enumerate(seq_ids):
+            pages = self._pages[s]
+            if len(pages) > width:
+                raise ValueError(f"sequence {s!r} has {len(pages)} pages, more than the plan's block table ({width})")
+            table[row, : len(pages)] = torch.tensor(pages, dtype=torch.int32)
+        lens = torch.tensor([self._lens[s] for s in seq_ids], dtype=torch.int32)
+        if out is None:
+            if num_sms is None:
+                num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
+                           if self.device.type == "cuda" else 132)
+            splits = plan_splits(len(seq_ids), self.num_kv_heads, int(lens.max()) if len(seq_ids) else 0, num_sms)
+            return DecodePlan(seq_ids, table.to(self.device), lens.to(self.device), splits)
+        if out.block_table.shape[0] != len(seq_ids):
+            raise ValueError(f"out holds a plan for {out.block_table.shape[0]} sequences, got {len(seq_ids)}")
+        out.block_table.copy_(table)
+        out.seq_lens.copy_(lens)
+        out.seq_ids = seq_ids
+        return out
+
+    def attention(self, layer: int, q: torch.Tensor, plan: DecodePlan, softmax_scale: float | None = None,
+                  window: int = 0, softcap: float = 0.0) -> torch.Tensor:
+        """Decode attention of q [batch, H_q, D] (one token per sequence of the plan) over the cache."""
+        self._check_layer(layer)
+        scale = softmax_scale if softmax_scale is not None else self.head_dim ** -0.5
+        return torch.ops.fp8ext.paged_decode_attention(q, self.k[layer], self.v[layer], plan.block_table,
+                                                       plan.seq_lens, self.k_scale[layer], self.v_scale[layer],
+                                                       float(scale), plan.num_splits, window, float(softcap))
+
+    def _check_layer(self, layer) -> None:
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer must be an int in [0, {self.num_layers}), got {layer!r}")
+
+    def memory_bytes(self) -> int:
+        return self.num_pages * self.page_size * bytes_per_token(self.num_layers, self.num_kv_heads,
+                                                                 self.head_dim, self.dtype)

@@ -1,0 +1,171 @@
+"""Reference of the paged KV-cache ops, in PyTorch: the CPU implementation and
+the CUDA path until the CUDA kernels exist. Argument checks raise what the
+CUDA ops will raise; the value checks (page ids, lengths) read the tensors,
+which costs a host sync the CUDA kernels will not pay.
+
+Numerics, which the CUDA kernels must match:
+- write: code = cast(x / scale) with the scale of the token's KV head, the
+  division in float32 and the cast saturating for FP8 (a finite value never
+  becomes NaN; NaN stays NaN), plain for bf16/fp16 caches.
+- attention: K and V dequantized as code * scale, scores q.k * softmax_scale
+  in float32 (capped as softcap * tanh(s / softcap) when softcap > 0), softmax
+  in float32, output in q's dtype; a sequence of length 0 gives zeros.
+"""
+from __future__ import annotations
+
+import torch
+
+from fp8ext.ops.reference import div_f32, saturating_cast
+
+CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.float16)
+INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def _check_tensor(t, name: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def check_cache(k_cache, v_cache) -> None:
+    _check_tensor(k_cache, "k_cache")
+    _check_tensor(v_cache, "v_cache")
+    if k_cache.dim() != 4:
+        raise ValueError(f"k_cache must be [num_pages, page_size, num_kv_heads, head_dim], got {k_cache.dim()}-D")
+    if v_cache.shape != k_cache.shape or v_cache.dtype != k_cache.dtype or v_cache.device != k_cache.device:
+        raise ValueError(f"v_cache must match k_cache ({tuple(k_cache.shape)}, {k_cache.dtype}, {k_cache.device}), "
+                         f"got {tuple(v_cache.shape)}, {v_cache.dtype}, {v_cache.device}")
+    if k_cache.dtype not in CACHE_DTYPES:
+        raise TypeError(f"k_cache must be float8_e4m3fn, float8_e5m2, bfloat16 or float16, got {k_cache.dtype}")
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise ValueError("k_cache and v_cache must be contiguous")
+
+
+def check_scale(s, name: str, num_kv_heads: int, device) -> None:
+    _check_tensor(s, name)
+    if s.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32, got {s.dtype}")
+    if s.numel() not in (1, num_kv_heads) or s.dim() > 1:
+        raise ValueError(f"{name} must hold one value or one per KV head ([{num_kv_heads}]), got {tuple(s.shape)}")
+    if s.device != device:
+        raise ValueError(f"{name} must be on {device}, got {s.device}")
+
+
+def _per_head(s: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
+    return s.reshape(-1).float().expand(num_kv_heads)
+
+
+def check_write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale) -> None:
+    check_cache(k_cache, v_cache)
+    _check_tensor(k, "k")
+    _check_tensor(v, "v")
+    _check_tensor(slot_mapping, "slot_mapping")
+    heads, dim = k_cache.shape[2], k_cache.shape[3]
+    if k.dim() != 3 or k.shape[1:] != (heads, dim):
+        raise ValueError(f"k must be [num_tokens, {heads}, {dim}] (the cache's heads and head_dim), got {tuple(k.shape)}")
+    if v.shape != k.shape or v.dtype != k.dtype:
+        raise ValueError(f"v must match k ({tuple(k.shape)}, {k.dtype}), got {tuple(v.shape)}, {v.dtype}")
+    if k.dtype not in INPUT_DTYPES:
+        raise TypeError(f"k and v must be bfloat16, float16 or float32, got {k.dtype}")
+    if slot_mapping.dtype not in INDEX_DTYPES or slot_mapping.shape != (k.shape[0],):
+        raise ValueError(f"slot_mapping must be int32/int64 [{k.shape[0]}] (one slot per token), "
+                         f"got {slot_mapping.dtype} {tuple(slot_mapping.shape)}")
+    for name, t in (("k", k), ("v", v), ("slot_mapping", slot_mapping)):
+        if t.device != k_cache.device:
+            raise ValueError(f"{name} must be on the cache's device {k_cache.device}, got {t.device}")
+    check_scale(k_scale, "k_scale", heads, k_cache.device)
+    check_scale(v_scale, "v_scale", heads, k_cache.device)
+
+
+def encode(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x [..., H, D] / scale [H] -> cache codes."""
+    v = div_f32(x.float(), scale[:, None])
+    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return saturating_cast(v, dtype)
+    return v.to(dtype)
+
+
+def kv_cache_write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
+    check_write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+    pages, page_size, heads, _ = k_cache.shape
+    slots = slot_mapping.long()
+    keep = slots >= 0
+    if bool(((slots >= pages * page_size) | (slots < -1)).any()):
+        raise ValueError(f"slot_mapping holds slots outside [-1, {pages * page_size}) (num_pages x page_size)")
+    if not bool(keep.any()):
+        return
+    slots = slots[keep]
+    for x, cache, s in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        codes = encode(x[keep], _per_head(s, heads), cache.dtype)
+        cache.view(pages * page_size, heads, -1)[slots] = codes
+
+
+def check_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, num_splits, window, softcap):
+    check_cache(k_cache, v_cache)
+    for name, t in (("q", q), ("block_table", block_table), ("seq_lens", seq_lens)):
+        _check_tensor(t, name)
+        if t.device != k_cache.device:
+            raise ValueError(f"{name} must be on the cache's device {k_cache.device}, got {t.device}")
+    heads, dim = k_cache.shape[2], k_cache.shape[3]
+    if q.dim() != 3 or q.shape[2] != dim:
+        raise ValueError(f"q must be [batch, num_q_heads, {dim}] (one token per sequence), got {tuple(q.shape)}")
+    if q.dtype not in INPUT_DTYPES:
+        raise TypeError(f"q must be bfloat16, float16 or float32, got {q.dtype}")
+    if q.shape[1] % heads != 0:
+        raise ValueError(f"num_q_heads ({q.shape[1]}) must be a multiple of num_kv_heads ({heads})")
+    if block_table.dtype not in INDEX_DTYPES or block_table.dim() != 2 or block_table.shape[0] != q.shape[0]:
+        raise ValueError(f"block_table must be int32/int64 [batch = {q.shape[0]}, max_pages], "
+                         f"got {block_table.dtype} {tuple(block_table.shape)}")
+    if seq_lens.dtype not in INDEX_DTYPES or seq_lens.shape != (q.shape[0],):
+        raise ValueError(f"seq_lens must be int32/int64 [batch = {q.shape[0]}], got {seq_lens.dtype} {tuple(seq_lens.shape)}")
+    check_scale(k_scale, "k_scale", heads, k_cache.device)
+    check_scale(v_scale, "v_scale", heads, k_cache.device)
+    if num_splits < 1:
+        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+    if window < 0:
+        raise ValueError(f"window must be >= 0 (0: no sliding window), got {window}")
+    if softcap < 0:
+        raise ValueError(f"softcap must be >= 0 (0: none), got {softcap}")
+
+
+def _check_pages(block_table, seq_lens, num_pages: int, page_size: int) -> None:
+    capacity = block_table.shape[1] * page_size
+    if bool(((seq_lens < 0) | (seq_lens > capacity)).any()):
+        raise ValueError(f"seq_lens must be in [0, {capacity}] (block_table's {block_table.shape[1]} pages x "
+                         f"page_size {page_size})")
+    used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] * page_size < seq_lens[:, None]
+    pages = block_table[used]
+    if bool(((pages < 0) | (pages >= num_pages)).any()):
+        raise ValueError(f"block_table holds page ids outside [0, {num_pages}) for tokens within seq_lens")
+
+
+def gather(cache: torch.Tensor, scale: torch.Tensor, pages: torch.Tensor, length: int) -> torch.Tensor:
+    """One sequence's first `length` tokens, dequantized: [length, H, D] float32."""
+    page_size, heads = cache.shape[1], cache.shape[2]
+    tokens = cache[pages].reshape(-1, heads, cache.shape[3])[:length]
+    return tokens.float() * _per_head(scale, heads)[:, None]
+
+
+def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, softmax_scale,
+                           num_splits=1, window=0, softcap=0.0):
+    check_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, num_splits, window, softcap)
+    num_pages, page_size, heads, dim = k_cache.shape
+    _check_pages(block_table, seq_lens, num_pages, page_size)
+    group = q.shape[1] // heads
+    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    for b, length in enumerate(seq_lens.tolist()):
+        start = max(0, length - window) if window > 0 else 0
+        if length == start:
+            continue
+        pages = block_table[b, : -(-length // page_size)].long()
+        k = gather(k_cache, k_scale, pages, length)[start:].repeat_interleave(group, dim=1)  # [T, H_q, D]
+        v = gather(v_cache, v_scale, pages, length)[start:].repeat_interleave(group, dim=1)
+        s = torch.einsum("hd,thd->ht", q[b].float(), k) * softmax_scale
+        if softcap > 0:
+            s = softcap * torch.tanh(s / softcap)
+        out[b] = torch.einsum("ht,thd->hd", torch.softmax(s, dim=-1), v)
+    return out.to(q.dtype)
+
+
+torch.library.impl("fp8ext::kv_cache_write", "CPU")(kv_cache_write)
+torch.library.impl("fp8ext::paged_decode_attention", "CPU")(paged_decode_attention)
