@@ -50,15 +50,14 @@ def gemm_kernels_run_on(device_index: int) -> bool:
 _warned = set()
 
 
-def warn_reference_fallback(what: str, device: torch.device, reason: str | None = None) -> None:
+def warn_reference_fallback(what: str, device: torch.device) -> None:
     """One warning per (op family, device): the reference path is correct but slow."""
     key = (what, str(device))
     if key in _warned:
         return
     _warned.add(key)
-    if reason is None:
-        reason = ("this build has no CUDA kernels" if not has_cuda_kernels()
-                  else f"the kernels are built for {', '.join(cuda_archs())}, not this GPU")
+    reason = ("this build has no CUDA kernels" if not has_cuda_kernels()
+              else f"the kernels are built for {', '.join(cuda_archs())}, not this GPU")
     warnings.warn(f"fp8ext: {what} on {device} uses the PyTorch reference path ({reason})",
                   RuntimeWarning, stacklevel=3)
 

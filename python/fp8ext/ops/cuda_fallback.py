@@ -11,21 +11,20 @@ import torch
 from fp8ext import _native
 from fp8ext.ops import gemm_reference, kv_cache_reference, reference
 
-# op name -> (reference implementation, what the warning calls it, why no kernel (None: read off the build))
-_OPS = {name: (getattr(reference, name), "quantization", None)
+# op name -> (reference implementation, what the warning calls it)
+_OPS = {name: (getattr(reference, name), "quantization")
         for name in ("cast_to_fp8", "quantize_with_scale", "quantize_per_tensor", "quantize_delayed",
                      "quantize_per_row", "quantize_per_group", "quantize_per_block")}
-_OPS["scaled_mm"] = (gemm_reference.scaled_mm, "scaled_mm", None)
-_NOT_YET = "its CUDA kernel is not written yet (issue 6)"
-_OPS["kv_cache_write"] = (kv_cache_reference.kv_cache_write, "the KV-cache write", _NOT_YET)
-_OPS["paged_decode_attention"] = (kv_cache_reference.paged_decode_attention, "paged decode attention", _NOT_YET)
+_OPS["scaled_mm"] = (gemm_reference.scaled_mm, "scaled_mm")
+_OPS["kv_cache_write"] = (kv_cache_reference.kv_cache_write, "the KV-cache write")
+_OPS["paged_decode_attention"] = (kv_cache_reference.paged_decode_attention, "paged decode attention")
 
 
 def _register(name: str) -> None:
-    ref, what, reason = _OPS[name]
+    ref, what = _OPS[name]
 
     def cuda_impl(x, *args):
-        _native.warn_reference_fallback(what, x.device, reason)
+        _native.warn_reference_fallback(what, x.device)
         return ref(x, *args)
 
     torch.library.impl(f"fp8ext::{name}", "CUDA")(cuda_impl)

@@ -1,7 +1,8 @@
-"""Reference of the paged KV-cache ops, in PyTorch: the CPU implementation and
-the CUDA path until the CUDA kernels exist. Argument checks raise what the
-CUDA ops will raise; the value checks (page ids, lengths) read the tensors,
-which costs a host sync the CUDA kernels will not pay.
+"""Reference of the paged KV-cache ops, in PyTorch: the CPU implementation,
+and the CUDA path of builds without the kernels (csrc/attention). Argument
+checks raise what the CUDA ops raise; the value checks (page ids, lengths,
+slots) read the tensors, a host sync the CUDA ops do not pay: there a bad
+page id or length gives NaN for its sequence and a bad slot is skipped.
 
 Numerics, which the CUDA kernels must match:
 - write: code = cast(x / scale) with the scale of the token's KV head, the

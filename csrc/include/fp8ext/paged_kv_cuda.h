@@ -1,0 +1,61 @@
+// CUDA kernels of the paged KV cache (torch-free). Numerics are those of the
+// PyTorch reference, python/fp8ext/ops/kv_cache_reference.py. Every pointer is
+// device memory and nothing synchronises with the host: graph-capturable.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "fp8ext/types.h"
+
+namespace fp8ext::cuda {
+
+enum class CacheDType : int { kE4M3 = 0, kE5M2 = 1, kFloat16 = 2, kBFloat16 = 3 };
+
+// One layer's K or V pool [num_pages, page_size, num_kv_heads, head_dim], contiguous.
+struct PagedPool {
+  void* data;
+  CacheDType dtype;
+  int64_t num_pages, page_size, num_kv_heads, head_dim;
+};
+
+// One float, or one per KV head.
+struct KvScale {
+  const float* data;
+  bool per_head;
+};
+
+// Head sizes the decode kernel is built for.
+constexpr bool decode_head_dim_supported(int64_t d) { return d == 64 || d == 128 || d == 256; }
+
+// k, v [num_tokens, H_kv, D] contiguous (dtype bf16/fp16/fp32; D a multiple of
+// 16): token t goes to slot slots[t] (page * page_size + offset) of both pools
+// as cast(x / scale), saturating for FP8; slots < 0 are skipped.
+cudaError_t kv_cache_write(const void* k, const void* v, DType dtype, int64_t num_tokens, const int64_t* slots,
+                           const PagedPool& k_pool, const PagedPool& v_pool, KvScale k_scale, KvScale v_scale,
+                           cudaStream_t stream);
+
+struct DecodeProblem {
+  const void* q;  // [batch, num_q_heads, head_dim] contiguous
+  DType q_dtype;
+  int64_t batch, num_q_heads;
+  PagedPool k, v;
+  KvScale k_scale, v_scale;
+  const int32_t* block_table;  // [batch, max_pages]
+  int64_t max_pages;
+  const int32_t* seq_lens;  // [batch]
+  float softmax_scale;
+  int num_splits;  // splits of each sequence's KV range; > 1 merges partial results by log-sum-exp
+  int window;      // > 0: attend to the last `window` tokens only
+  float softcap;   // > 0: logits become softcap * tanh(logits / softcap)
+  void* out;       // [batch, num_q_heads, head_dim], q_dtype
+};
+
+// A sequence whose length exceeds its table or whose pages lie outside the
+// pool gets NaN outputs (the kernel never reads outside the pools).
+size_t paged_decode_workspace_bytes(const DecodeProblem& p);
+cudaError_t paged_decode_attention(const DecodeProblem& p, void* workspace, cudaStream_t stream);
+
+}  // namespace fp8ext::cuda

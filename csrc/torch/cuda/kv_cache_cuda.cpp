@@ -1,0 +1,149 @@
+// The CUDA paged KV-cache ops: argument checks and the calls into the kernels
+// (csrc/attention). Shapes, dtypes and devices are checked here; page ids and
+// lengths live on the device and are not read back (no host sync): the
+// kernels never touch memory outside the pools for bad values, skipping such
+// slots in the write and giving NaN for such sequences in the attention.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include "../tensor_checks.h"
+#include "fp8ext/paged_kv_cuda.h"
+
+namespace fp8ext::torch_ops {
+namespace {
+
+using cuda::CacheDType;
+using cuda::KvScale;
+using cuda::PagedPool;
+
+CacheDType cache_dtype(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat8_e4m3fn: return CacheDType::kE4M3;
+    case at::kFloat8_e5m2: return CacheDType::kE5M2;
+    case at::kHalf: return CacheDType::kFloat16;
+    case at::kBFloat16: return CacheDType::kBFloat16;
+    default:
+      TORCH_CHECK_TYPE(false, "k_cache must be float8_e4m3fn, float8_e5m2, bfloat16 or float16, got ",
+                       t.scalar_type());
+  }
+}
+
+std::pair<PagedPool, PagedPool> pools(const at::Tensor& k_cache, const at::Tensor& v_cache) {
+  TORCH_CHECK_VALUE(k_cache.dim() == 4, "k_cache must be [num_pages, page_size, num_kv_heads, head_dim], got ",
+                    k_cache.dim(), "-D");
+  TORCH_CHECK_VALUE(v_cache.sizes() == k_cache.sizes() && v_cache.scalar_type() == k_cache.scalar_type() &&
+                        v_cache.device() == k_cache.device(),
+                    "v_cache must match k_cache (", k_cache.sizes(), ", ", k_cache.scalar_type(), ", ",
+                    k_cache.device(), "), got ", v_cache.sizes(), ", ", v_cache.scalar_type(), ", ", v_cache.device());
+  const CacheDType dt = cache_dtype(k_cache);
+  TORCH_CHECK_VALUE(k_cache.is_contiguous() && v_cache.is_contiguous(), "k_cache and v_cache must be contiguous");
+  TORCH_CHECK_VALUE(k_cache.size(3) % 16 == 0, "head_dim must be a multiple of 16, got ", k_cache.size(3));
+  for (const at::Tensor* t : {&k_cache, &v_cache})
+    TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t->data_ptr()) % 16 == 0, "k_cache and v_cache must start 16-byte aligned");
+  auto pool = [&](const at::Tensor& t) {
+    return PagedPool{t.data_ptr(), dt, t.size(0), t.size(1), t.size(2), t.size(3)};
+  };
+  return {pool(k_cache), pool(v_cache)};
+}
+
+// The scale as a contiguous fp32 tensor on the cache's device; one value or one per KV head.
+std::pair<at::Tensor, KvScale> scale_of(const at::Tensor& s, const char* name, int64_t heads, const at::Tensor& like) {
+  TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat, name, " must be float32, got ", s.scalar_type());
+  TORCH_CHECK_VALUE(s.dim() <= 1 && (s.numel() == 1 || s.numel() == heads), name,
+                    " must hold one value or one per KV head ([", heads, "]), got ", s.sizes());
+  TORCH_CHECK_VALUE(s.device() == like.device(), name, " must be on ", like.device(), ", got ", s.device());
+  at::Tensor c = s.contiguous();
+  return {c, KvScale{c.data_ptr<float>(), s.numel() > 1}};
+}
+
+void check_device(const at::Tensor& t, const char* name, const at::Tensor& like) {
+  TORCH_CHECK_VALUE(t.device() == like.device(), name, " must be on the cache's device ", like.device(), ", got ",
+                    t.device());
+}
+
+cudaStream_t stream_of(const at::Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.get_device()).stream(); }
+
+void check_launch(cudaError_t err, const char* op) {
+  TORCH_CHECK(err == cudaSuccess, op, ": CUDA error: ", cudaGetErrorString(err));
+}
+
+bool is_index(const at::Tensor& t) { return t.scalar_type() == at::kInt || t.scalar_type() == at::kLong; }
+
+void kv_cache_write_cuda(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
+                         const at::Tensor& slot_mapping, const at::Tensor& k_scale, const at::Tensor& v_scale) {
+  const auto [k_pool, v_pool] = pools(k_cache, v_cache);
+  const int64_t heads = k_pool.num_kv_heads, dim = k_pool.head_dim;
+  TORCH_CHECK_VALUE(k.dim() == 3 && k.size(1) == heads && k.size(2) == dim, "k must be [num_tokens, ", heads, ", ",
+                    dim, "] (the cache's heads and head_dim), got ", k.sizes());
+  TORCH_CHECK_VALUE(v.sizes() == k.sizes() && v.scalar_type() == k.scalar_type(), "v must match k (", k.sizes(),
+                    ", ", k.scalar_type(), "), got ", v.sizes(), ", ", v.scalar_type());
+  const DType dt = to_dtype(k, "k");
+  TORCH_CHECK_VALUE(is_index(slot_mapping) && slot_mapping.dim() == 1 && slot_mapping.size(0) == k.size(0),
+                    "slot_mapping must be int32/int64 [", k.size(0), "] (one slot per token), got ",
+                    slot_mapping.scalar_type(), " ", slot_mapping.sizes());
+  check_device(k, "k", k_cache);
+  check_device(v, "v", k_cache);
+  check_device(slot_mapping, "slot_mapping", k_cache);
+  const auto [ks, k_view] = scale_of(k_scale, "k_scale", heads, k_cache);
+  const auto [vs, v_view] = scale_of(v_scale, "v_scale", heads, k_cache);
+  c10::cuda::CUDAGuard guard(k_cache.device());
+  const at::Tensor kc = k.contiguous(), vc = v.contiguous(), slots = slot_mapping.to(at::kLong).contiguous();
+  check_launch(cuda::kv_cache_write(kc.data_ptr(), vc.data_ptr(), dt, k.size(0), slots.data_ptr<int64_t>(), k_pool,
+                                    v_pool, k_view, v_view, stream_of(k_cache)),
+               "kv_cache_write");
+}
+
+at::Tensor paged_decode_attention_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                       const at::Tensor& block_table, const at::Tensor& seq_lens,
+                                       const at::Tensor& k_scale, const at::Tensor& v_scale, double softmax_scale,
+                                       int64_t num_splits, int64_t window, double softcap) {
+  const auto [k_pool, v_pool] = pools(k_cache, v_cache);
+  const int64_t heads = k_pool.num_kv_heads, dim = k_pool.head_dim;
+  TORCH_CHECK_VALUE(q.dim() == 3 && q.size(2) == dim, "q must be [batch, num_q_heads, ", dim,
+                    "] (one token per sequence), got ", q.sizes());
+  const DType qt = to_dtype(q, "q");
+  TORCH_CHECK_VALUE(q.size(1) % heads == 0, "num_q_heads (", q.size(1), ") must be a multiple of num_kv_heads (",
+                    heads, ")");
+  TORCH_CHECK_VALUE(cuda::decode_head_dim_supported(dim), "head_dim must be 64, 128 or 256 on CUDA, got ", dim);
+  const int64_t batch = q.size(0);
+  TORCH_CHECK_VALUE(is_index(block_table) && block_table.dim() == 2 && block_table.size(0) == batch,
+                    "block_table must be int32/int64 [batch = ", batch, ", max_pages], got ",
+                    block_table.scalar_type(), " ", block_table.sizes());
+  TORCH_CHECK_VALUE(is_index(seq_lens) && seq_lens.dim() == 1 && seq_lens.size(0) == batch,
+                    "seq_lens must be int32/int64 [batch = ", batch, "], got ", seq_lens.scalar_type(), " ",
+                    seq_lens.sizes());
+  TORCH_CHECK_VALUE(num_splits >= 1 && num_splits <= 65535, "num_splits must be in [1, 65535], got ", num_splits);
+  TORCH_CHECK_VALUE(window >= 0 && window <= INT32_MAX, "window must be in [0, 2^31) (0: no sliding window), got ",
+                    window);
+  TORCH_CHECK_VALUE(softcap >= 0, "softcap must be >= 0 (0: none), got ", softcap);
+  TORCH_CHECK_VALUE(batch <= 65535, "batch must be at most 65535, got ", batch);
+  check_device(q, "q", k_cache);
+  check_device(block_table, "block_table", k_cache);
+  check_device(seq_lens, "seq_lens", k_cache);
+  const auto [ks, k_view] = scale_of(k_scale, "k_scale", heads, k_cache);
+  const auto [vs, v_view] = scale_of(v_scale, "v_scale", heads, k_cache);
+  c10::cuda::CUDAGuard guard(k_cache.device());
+  const at::Tensor qc = q.contiguous(), table = block_table.to(at::kInt).contiguous(),
+                   lens = seq_lens.to(at::kInt).contiguous();
+  at::Tensor out = at::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
+  cuda::DecodeProblem p{qc.data_ptr(), qt, batch, q.size(1), k_pool, v_pool, k_view, v_view,
+                        table.data_ptr<int32_t>(), table.size(1), lens.data_ptr<int32_t>(),
+                        static_cast<float>(softmax_scale), static_cast<int>(num_splits), static_cast<int>(window),
+                        static_cast<float>(softcap), out.data_ptr()};
+  const size_t bytes = cuda::paged_decode_workspace_bytes(p);
+  at::Tensor workspace = at::empty({static_cast<int64_t>(bytes)}, q.options().dtype(at::kByte));
+  check_launch(cuda::paged_decode_attention(p, bytes ? workspace.data_ptr() : nullptr, stream_of(k_cache)),
+               "paged_decode_attention");
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) {
+  m.impl("kv_cache_write", &kv_cache_write_cuda);
+  m.impl("paged_decode_attention", &paged_decode_attention_cuda);
+}
+
+}  // namespace fp8ext::torch_ops

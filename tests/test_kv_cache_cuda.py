@@ -1,0 +1,172 @@
+"""The CUDA paged KV-cache kernels (csrc/attention) against the CPU reference
+(python/fp8ext/ops/kv_cache_reference.py): the write bit for bit, the decode
+attention within float32 accumulation error, on scattered pages."""
+import pytest
+import torch
+
+import fp8ext
+from fp8ext.ops import kv_cache_reference as ref
+
+pytestmark = pytest.mark.gpu
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+CACHE_DTYPES = [E4M3, E5M2, torch.bfloat16, torch.float16]
+
+
+def rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+def random_pool(pages, page_size, heads, dim, dtype, scale=2.0):
+    return (torch.randn(pages, page_size, heads, dim) * scale).clamp(-400, 400).to(dtype)
+
+
+def scattered_tables(lengths, page_size, num_pages, generator=None):
+    """Each sequence gets distinct random pages; returns block_table [B, max_pages] int32 and seq_lens."""
+    need = [-(-n // page_size) for n in lengths]
+    order = torch.randperm(num_pages, generator=generator)
+    width = max(1, max(need))
+    table = torch.zeros(len(lengths), width, dtype=torch.int32)
+    used = 0
+    for b, n in enumerate(need):
+        table[b, :n] = order[used:used + n].to(torch.int32)
+        used += n
+    assert used <= num_pages
+    return table, torch.tensor(lengths, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("dtype", CACHE_DTYPES)
+@pytest.mark.parametrize("in_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("dim", [64, 128, 256])
+def test_write_matches_reference_bit_for_bit(dtype, in_dtype, dim, seed):
+    pages, page_size, heads, n = 12, 16, 4, 70
+    k = (torch.randn(n, heads, dim) * 30).to(in_dtype)
+    v = (torch.randn(n, heads, dim) * 30).to(in_dtype)
+    k[0, 0, :3] = torch.tensor([float("nan"), float("inf"), 1e30]).to(in_dtype)  # saturation and NaN as the reference
+    slots = torch.randperm(pages * page_size)[:n]
+    slots[::7] = -1
+    k_scale, v_scale = torch.rand(heads) + 0.1, torch.tensor(0.7)
+    want_k = torch.zeros(pages, page_size, heads, dim, dtype=dtype)
+    want_v = torch.zeros_like(want_k)
+    ref.kv_cache_write(k, v, want_k, want_v, slots, k_scale, v_scale)
+    got_k, got_v = want_k.new_zeros(want_k.shape).cuda(), want_v.new_zeros(want_v.shape).cuda()
+    torch.ops.fp8ext.kv_cache_write(k.cuda(), v.cuda(), got_k, got_v, slots.cuda(), k_scale.cuda(), v_scale.cuda())
+    for got, want in ((got_k, want_k), (got_v, want_v)):  # same values, NaN where the reference has NaN
+        torch.testing.assert_close(got.cpu().float(), want.float(), rtol=0, atol=0, equal_nan=True)
+
+
+CASES = [  # (q heads, kv heads, head_dim, page_size)
+    (8, 8, 128, 16), (32, 8, 128, 16), (32, 8, 128, 64), (16, 1, 64, 16), (12, 4, 256, 256), (4, 2, 64, 64)]
+
+
+@pytest.mark.parametrize("q_heads,kv_heads,dim,page_size", CASES)
+@pytest.mark.parametrize("dtype", CACHE_DTYPES)
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_decode_matches_reference(q_heads, kv_heads, dim, page_size, dtype, num_splits, seed):
+    lengths = [1, page_size - 1, page_size, page_size + 1, 700, 0]
+    table, lens = scattered_tables(lengths, page_size, 64)
+    k_pool, v_pool = (random_pool(64, page_size, kv_heads, dim, dtype) for _ in range(2))
+    k_scale, v_scale = torch.rand(kv_heads) + 0.2, torch.tensor(0.3)
+    for q_dtype, tol in ((torch.bfloat16, 1e-2), (torch.float32, 1e-4)):
+        q = torch.randn(len(lengths), q_heads, dim).to(q_dtype)
+        args = (table, lens, k_scale, v_scale, dim ** -0.5, num_splits, 0, 0.0)
+        want = ref.paged_decode_attention(q, k_pool, v_pool, *args)
+        got = torch.ops.fp8ext.paged_decode_attention(q.cuda(), k_pool.cuda(), v_pool.cuda(),
+                                                      *(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
+        assert got.dtype == q_dtype and got.shape == q.shape
+        got = got.cpu()
+        assert (got[-1] == 0).all()  # length 0
+        for b in range(len(lengths) - 1):
+            assert rel(got[b], want[b]) < tol, (b, lengths[b], q_dtype)
+
+
+@pytest.mark.parametrize("num_splits", [1, 4, 33])
+def test_long_sequence_split_kv_with_window_and_softcap(num_splits, seed):
+    page_size, heads, dim, n = 64, 2, 128, 9000
+    table, lens = scattered_tables([n, 300], page_size, 200)
+    k_pool, v_pool = (random_pool(200, page_size, heads, dim, E4M3) for _ in range(2))
+    scale = torch.tensor(0.05)
+    q = torch.randn(2, 8, dim)
+    for window, softcap in ((0, 0.0), (1000, 0.0), (0, 30.0), (257, 10.0)):
+        args = (table, lens, scale, scale, dim ** -0.5, num_splits, window, softcap)
+        want = ref.paged_decode_attention(q, k_pool, v_pool, *args)
+        got = torch.ops.fp8ext.paged_decode_attention(q.cuda(), k_pool.cuda(), v_pool.cuda(),
+                                                      *(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
+        assert rel(got.cpu(), want) < 1e-4, (window, softcap)
+
+
+def test_bad_pages_and_lengths_give_nan_not_a_crash(seed):
+    page_size, heads, dim = 16, 2, 64
+    k_pool, v_pool = (random_pool(8, page_size, heads, dim, E4M3).cuda() for _ in range(2))
+    table = torch.tensor([[0, 1], [2, 99], [3, 4]], dtype=torch.int32, device="cuda")  # page 99 is outside the pool
+    lens = torch.tensor([20, 20, 33], dtype=torch.int32, device="cuda")  # 33 > 2 pages x 16
+    one = torch.ones((), device="cuda")
+    q = torch.randn(3, 4, dim, device="cuda")
+    for splits in (1, 2):
+        out = torch.ops.fp8ext.paged_decode_attention(q, k_pool, v_pool, table, lens, one, one, 0.125, splits, 0, 0.0)
+        torch.cuda.synchronize()
+        assert torch.isfinite(out[0]).all()
+        assert torch.isnan(out[1]).all() and torch.isnan(out[2]).all()
+    k = torch.randn(2, heads, dim, device="cuda")
+    before = k_pool.clone()
+    torch.ops.fp8ext.kv_cache_write(k, k, k_pool, v_pool, torch.tensor([5000, -3], device="cuda"), one, one)
+    torch.cuda.synchronize()
+    assert torch.equal(k_pool.view(torch.uint8), before.view(torch.uint8))  # out-of-range slots are skipped
+
+
+def test_manager_on_cuda_matches_cpu_and_replays_in_a_cuda_graph(seed):
+    def build(device):
+        torch.manual_seed(0)
+        cache = fp8ext.PagedKVCache(2, 4, 128, 64, 16, E4M3, device=device,
+                                    scales=[{"k_scale": 0.02, "v_scale": 0.02}] * 2)
+        for s, n in enumerate([5, 40, 17]):
+            for layer in range(2):
+                slots = cache.append(s, n) if layer == 0 else slots
+                k = torch.randn(n, 4, 128).to(device)
+                cache.write(layer, k, k * 0.5, slots)
+        return cache
+
+    gpu, cpu = build("cuda"), build("cpu")
+    for layer in range(2):
+        assert torch.equal(gpu.k[layer].cpu().view(torch.uint8), cpu.k[layer].view(torch.uint8))
+    q = torch.randn(3, 16, 128)
+    plan_gpu, plan_cpu = gpu.plan([0, 1, 2]), cpu.plan([0, 1, 2], num_sms=132)
+    assert rel(gpu.attention(1, q.cuda(), plan_gpu).cpu(), cpu.attention(1, q, plan_cpu)) < 1e-4
+
+    # Capture one decode step; append a token to every sequence, refill the plan in place, replay.
+    q_gpu = q.cuda()
+    plan = gpu.plan([0, 1, 2], out=None)
+    plan.block_table = torch.zeros(3, 8, dtype=torch.int32, device="cuda")  # room to grow
+    gpu.plan([0, 1, 2], out=plan)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        gpu.attention(0, q_gpu, plan)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = gpu.attention(0, q_gpu, plan)
+    for _ in range(3):
+        new = torch.randn(3, 4, 128, device="cuda")
+        slots = torch.cat([gpu.append(s, 1) for s in range(3)])
+        gpu.write(0, new, new, slots)
+        gpu.plan([0, 1, 2], out=plan)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel(out, gpu.attention(0, q_gpu, plan)) < 1e-6
+
+
+def test_compiles_fullgraph_on_cuda(seed):
+    cache = fp8ext.PagedKVCache(1, 2, 64, 16, 16, E4M3, device="cuda", scales=[{"k_scale": 0.1, "v_scale": 0.1}])
+    slots = cache.append(0, 30)
+    k = torch.randn(30, 2, 64, device="cuda")
+    plan = cache.plan([0])
+    q = torch.randn(1, 4, 64, device="cuda")
+
+    def step(k, q):
+        torch.ops.fp8ext.kv_cache_write(k, k, cache.k[0], cache.v[0], slots, cache.k_scale[0], cache.v_scale[0])
+        return torch.ops.fp8ext.paged_decode_attention(q, cache.k[0], cache.v[0], plan.block_table, plan.seq_lens,
+                                                       cache.k_scale[0], cache.v_scale[0], 0.125, 2)
+
+    eager = step(k, q)
+    assert torch.equal(torch.compile(step, fullgraph=True)(k, q), eager)
