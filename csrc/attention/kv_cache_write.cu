@@ -102,7 +102,7 @@ cudaError_t kv_cache_write(const void* k, const void* v, DType dtype, int64_t nu
                            cudaStream_t stream) {
   const int64_t heads = k_pool.num_kv_heads, dim = k_pool.head_dim;
   if (dim % kChunk != 0 || k_pool.dtype != v_pool.dtype) return cudaErrorInvalidValue;
-  if (num_tokens == 0) return cudaSuccess;
+  if (num_tokens == 0 || heads == 0 || dim == 0) return cudaSuccess;
   WriteArgs a{slots, num_tokens, heads, dim / kChunk, k_pool.num_pages * k_pool.page_size,
               {static_cast<uint8_t*>(k_pool.data), static_cast<uint8_t*>(v_pool.data)},
               {k_scale.data, v_scale.data}, {k_scale.per_head, v_scale.per_head}};

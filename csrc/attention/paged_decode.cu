@@ -192,13 +192,18 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
       if (h < nh) p_s[h][tid] = row >= 0 ? s[h] : -INFINITY;
     __syncthreads();
 
-    // Online softmax: warp w updates heads w, w + 4; scores become weights.
+    // Online softmax: warp w updates heads w, w + 4; scores become weights. A
+    // NaN score makes the head NaN (as softmax does): fmaxf would skip it.
     for (int h = warp; h < nh; h += kWarps) {
       float mx = -INFINITY;
-      for (int i = lane; i < kChunkTokens; i += 32) mx = fmaxf(mx, p_s[h][i]);
+      bool nan = false;
+      for (int i = lane; i < kChunkTokens; i += 32) {
+        mx = fmaxf(mx, p_s[h][i]);
+        nan |= isnan(p_s[h][i]);
+      }
       mx = warp_max(mx);
       const float m_old = m_s[h];
-      const float m_new = fmaxf(m_old, mx);
+      const float m_new = __any_sync(0xFFFFFFFFu, nan) ? NAN : fmaxf(m_old, mx);
       float sum = 0.0f;
       for (int i = lane; i < kChunkTokens; i += 32) {
         const float p = m_new == -INFINITY ? 0.0f : __expf(p_s[h][i] - m_new);
@@ -260,7 +265,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
 #pragma unroll
     for (int j = 0; j < kDims; ++j) {
       const int d = d_own + j * kThreads;
-      const float o = bad ? NAN : (l > 0.0f ? acc[h][j] / l * vs : 0.0f);
+      const float o = bad ? NAN : (l != 0.0f ? acc[h][j] / l * vs : 0.0f);  // l is NaN after a NaN score
       if (a.num_splits == 1) {
         static_cast<Q*>(a.out)[head * D + d] = from_float<Q>(o);
       } else {
@@ -268,7 +273,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
       }
     }
     if (a.num_splits > 1 && tid == 0)
-      a.part_lse[head * a.num_splits + split] = bad ? NAN : (l > 0.0f ? m_s[h] + logf(l) : -INFINITY);
+      a.part_lse[head * a.num_splits + split] = bad ? NAN : (l != 0.0f ? m_s[h] + logf(l) : -INFINITY);
   }
 }
 
@@ -340,10 +345,10 @@ size_t paged_decode_workspace_bytes(const DecodeProblem& p) {
 
 cudaError_t paged_decode_attention(const DecodeProblem& p, void* workspace, cudaStream_t stream) {
   const int64_t kv_heads = p.k.num_kv_heads, dim = p.k.head_dim;
-  if (!decode_head_dim_supported(dim) || p.num_q_heads % kv_heads != 0 || p.num_splits < 1 ||
+  if (kv_heads < 1 || !decode_head_dim_supported(dim) || p.num_q_heads % kv_heads != 0 || p.num_splits < 1 ||
       p.k.dtype != p.v.dtype || p.batch > 65535 || p.num_splits > 65535)
     return cudaErrorInvalidValue;
-  if (p.batch == 0) return cudaSuccess;
+  if (p.batch == 0 || p.num_q_heads == 0) return cudaSuccess;
   const int group = static_cast<int>(p.num_q_heads / kv_heads);
   const int head_blocks = (group + kMaxHeads - 1) / kMaxHeads;
   if (kv_heads * head_blocks > 65535) return cudaErrorInvalidValue;

@@ -39,7 +39,10 @@ std::pair<PagedPool, PagedPool> pools(const at::Tensor& k_cache, const at::Tenso
                     k_cache.device(), "), got ", v_cache.sizes(), ", ", v_cache.scalar_type(), ", ", v_cache.device());
   const CacheDType dt = cache_dtype(k_cache);
   TORCH_CHECK_VALUE(k_cache.is_contiguous() && v_cache.is_contiguous(), "k_cache and v_cache must be contiguous");
-  TORCH_CHECK_VALUE(k_cache.size(3) % 16 == 0, "head_dim must be a multiple of 16, got ", k_cache.size(3));
+  TORCH_CHECK_VALUE(k_cache.size(1) >= 1 && k_cache.size(2) >= 1, "page_size and num_kv_heads must be >= 1, got ",
+                    k_cache.sizes());
+  TORCH_CHECK_VALUE(k_cache.size(3) >= 16 && k_cache.size(3) % 16 == 0, "head_dim must be a positive multiple of 16, got ",
+                    k_cache.size(3));
   for (const at::Tensor* t : {&k_cache, &v_cache})
     TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t->data_ptr()) % 16 == 0, "k_cache and v_cache must start 16-byte aligned");
   auto pool = [&](const at::Tensor& t) {
@@ -66,7 +69,16 @@ void check_device(const at::Tensor& t, const char* name, const at::Tensor& like)
 cudaStream_t stream_of(const at::Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.get_device()).stream(); }
 
 void check_launch(cudaError_t err, const char* op) {
+  if (err != cudaSuccess) (void)cudaGetLastError();  // not left for the next launch check to report
   TORCH_CHECK(err == cudaSuccess, op, ": CUDA error: ", cudaGetErrorString(err));
+}
+
+// int32 for the kernel; int64 values that do not fit become -1 (a bad page or
+// length: NaN for that sequence) on the device, not a wrapped-around valid one.
+at::Tensor as_int32(const at::Tensor& t) {
+  if (t.scalar_type() == at::kInt) return t.contiguous();
+  const at::Tensor fits = (t >= 0) & (t <= INT32_MAX);
+  return at::where(fits, t, at::full({}, -1, t.options())).to(at::kInt).contiguous();
 }
 
 bool is_index(const at::Tensor& t) { return t.scalar_type() == at::kInt || t.scalar_type() == at::kLong; }
@@ -125,8 +137,7 @@ at::Tensor paged_decode_attention_cuda(const at::Tensor& q, const at::Tensor& k_
   const auto [ks, k_view] = scale_of(k_scale, "k_scale", heads, k_cache);
   const auto [vs, v_view] = scale_of(v_scale, "v_scale", heads, k_cache);
   c10::cuda::CUDAGuard guard(k_cache.device());
-  const at::Tensor qc = q.contiguous(), table = block_table.to(at::kInt).contiguous(),
-                   lens = seq_lens.to(at::kInt).contiguous();
+  const at::Tensor qc = q.contiguous(), table = as_int32(block_table), lens = as_int32(seq_lens);
   at::Tensor out = at::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
   cuda::DecodeProblem p{qc.data_ptr(), qt, batch, q.size(1), k_pool, v_pool, k_view, v_view,
                         table.data_ptr<int32_t>(), table.size(1), lens.data_ptr<int32_t>(),

@@ -36,6 +36,8 @@ def check_cache(k_cache, v_cache) -> None:
     if v_cache.shape != k_cache.shape or v_cache.dtype != k_cache.dtype or v_cache.device != k_cache.device:
         raise ValueError(f"v_cache must match k_cache ({tuple(k_cache.shape)}, {k_cache.dtype}, {k_cache.device}), "
                          f"got {tuple(v_cache.shape)}, {v_cache.dtype}, {v_cache.device}")
+    if min(k_cache.shape[1:]) < 1:
+        raise ValueError(f"page_size, num_kv_heads and head_dim must be >= 1, got {tuple(k_cache.shape)}")
     if k_cache.dtype not in CACHE_DTYPES:
         raise TypeError(f"k_cache must be float8_e4m3fn, float8_e5m2, bfloat16 or float16, got {k_cache.dtype}")
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
