@@ -18,6 +18,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "../quant/quant_common.cuh"
 #include "fp8ext/cuda_launch.h"
 #include "fp8ext/paged_kv_cuda.h"
 
@@ -48,9 +49,7 @@ struct DecodeArgs {
   float* part_lse;  // [batch, q_heads, splits]
 };
 
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+using detail::to_float;
 
 template <typename T>
 __device__ __forceinline__ T from_float(float x);
