@@ -25,7 +25,7 @@ import torch
 import fp8ext
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import graph_time_ms, print_table, time_ms, write_results  # noqa: E402
+from benchlib import graph_time_rotating_ms, print_table, time_ms, write_results  # noqa: E402
 
 F8 = torch.float8_e4m3fn
 NK = {  # layer: (N, K)
@@ -53,14 +53,7 @@ def timed(fn_for_weight, ws, graph):
     """Time of one call; graph-timed calls rotate through the weight copies."""
     if not graph:
         return time_ms(lambda: fn_for_weight(ws[0]))
-    state = {"i": 0}
-
-    def call():
-        w = ws[state["i"] % len(ws)]
-        state["i"] += 1
-        return fn_for_weight(w)
-
-    return graph_time_ms(call, calls=max(20, len(ws)))
+    return graph_time_rotating_ms(fn_for_weight, ws)
 
 
 def bench_row(m, n, k, row_wise, config="auto", anchor=True, fast=False):

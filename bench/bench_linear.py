@@ -23,7 +23,7 @@ from torch import nn
 import fp8ext
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import graph_time_ms, print_table, write_results  # noqa: E402
+from benchlib import graph_time_ms, graph_time_rotating_ms, print_table, write_results  # noqa: E402
 
 LAYER = [("qkv", 4096, 6144), ("o", 4096, 4096), ("gate_up", 4096, 28672), ("down", 14336, 4096)]
 M_ALL = [16, 128, 1024, 4096]
@@ -84,21 +84,15 @@ def breakdown():
             for (name, k, n), copies in zip(LAYER, lins):
                 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
                 q, s = fp8ext.quantize(x, recipe, "activation", pad_k_to=16)
-                state = {"i": 0}
-
-                def pick():
-                    state["i"] += 1
-                    return copies[state["i"] % COPIES]
-
                 t_q = graph_time_ms(lambda: fp8ext.quantize(x, recipe, "activation", pad_k_to=16))
-                t_mm = graph_time_ms(lambda: (lambda w: fp8ext.scaled_mm(q, w.weight, s, w.weight_scale))(pick()))
+                t_mm = graph_time_rotating_ms(lambda w: fp8ext.scaled_mm(q, w.weight, s, w.weight_scale), copies)
                 row = {"op": "linear_breakdown", "variant": f"fp8ext {label}", "layer": name, "M": m,
                        "quantize_ms": round(t_q, 5), "gemm_ms": round(t_mm, 5)}
                 try:
                     sb = lambda w: w.weight_scale.reshape(1, -1) if w.weight_scale.dim() else w.weight_scale
                     sa = s.reshape(-1, 1) if s.dim() else s
-                    t_cb = graph_time_ms(lambda: (lambda w: torch._scaled_mm(q, w.weight.t(), sa, sb(w),
-                                                                               out_dtype=torch.bfloat16))(pick()))
+                    t_cb = graph_time_rotating_ms(
+                        lambda w: torch._scaled_mm(q, w.weight.t(), sa, sb(w), out_dtype=torch.bfloat16), copies)
                     row["cublas_gemm_ms"] = round(t_cb, 5)
                 except RuntimeError as e:
                     row["cublas_note"] = str(e)[:120]
@@ -128,15 +122,8 @@ def main():
             err = max(((g.float() - r.float()).norm() / r.float().norm()).item() for g, r in zip(got, ref))
             if not err < 0.1:
                 raise AssertionError(f"{name} M={m}: error {err:.3f} against bf16")
-            state = {"i": 0}
-
-            def call():
-                s = stacks[state["i"] % COPIES]
-                state["i"] += 1
-                return s(xs)
-
             with torch.no_grad():
-                t = graph_time_ms(call, calls=max(20, COPIES))
+                t = graph_time_rotating_ms(lambda s: s(xs), stacks)
             times[(name, m)] = t
             print(f"{name} M={m}: {t:.5f} ms", flush=True)
             rows.append({"op": "linear_stack", "variant": name, "M": m, "ms": round(t, 5), "max_rel_error": round(err, 4),

@@ -4,6 +4,7 @@ calls under ~50 us are captured 20 at a time in a CUDA graph and divided."""
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import os
 import statistics
@@ -53,6 +54,13 @@ def graph_time_ms(fn, calls: int = 20, repeats: int = 30) -> float:
         for _ in range(calls):
             fn()
     return time_ms(graph.replay, repeats=repeats) / calls
+
+
+def graph_time_rotating_ms(fn, items) -> float:
+    """graph_time_ms of fn(item), each call taking the next of `items` (copies of
+    the weights that together exceed L2, so that no call reads them from L2)."""
+    cycle = itertools.cycle(items)
+    return graph_time_ms(lambda: fn(next(cycle)), calls=max(20, len(items)))
 
 
 def run_info() -> dict:

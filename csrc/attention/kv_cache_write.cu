@@ -21,23 +21,13 @@ struct WriteArgs {
   bool per_head[2];
 };
 
-template <typename T>
-__device__ __forceinline__ void store16(void* dst, const float (&v)[kChunk], float s);
-
-// 16-bit caches: x / scale rounded once (IEEE division, as the reference).
-template <>
-__device__ __forceinline__ void store16<__half>(void* dst, const float (&v)[kChunk], float s) {
-  union { __half h[kChunk]; uint4 w[2]; } u;
+// 16-bit caches (C = __half or __nv_bfloat16): x / scale rounded once (IEEE
+// division, as the reference), two 16-byte stores.
+template <typename C>
+__device__ __forceinline__ void store16(void* dst, const float (&v)[kChunk], float s) {
+  union { C h[kChunk]; uint4 w[2]; } u;
 #pragma unroll
-  for (int i = 0; i < kChunk; ++i) u.h[i] = __float2half_rn(__fdiv_rn(v[i], s));
-  reinterpret_cast<uint4*>(dst)[0] = u.w[0];
-  reinterpret_cast<uint4*>(dst)[1] = u.w[1];
-}
-template <>
-__device__ __forceinline__ void store16<__nv_bfloat16>(void* dst, const float (&v)[kChunk], float s) {
-  union { __nv_bfloat16 h[kChunk]; uint4 w[2]; } u;
-#pragma unroll
-  for (int i = 0; i < kChunk; ++i) u.h[i] = __float2bfloat16_rn(__fdiv_rn(v[i], s));
+  for (int i = 0; i < kChunk; ++i) u.h[i] = from_float<C>(__fdiv_rn(v[i], s));
   reinterpret_cast<uint4*>(dst)[0] = u.w[0];
   reinterpret_cast<uint4*>(dst)[1] = u.w[1];
 }
@@ -45,8 +35,7 @@ __device__ __forceinline__ void store16<__nv_bfloat16>(void* dst, const float (&
 // C: cache element (uint8_t for FP8 with format F, else __half / __nv_bfloat16).
 template <typename T, typename C, Fp8Format F>
 __global__ void __launch_bounds__(kThreads) kv_cache_write_kernel(Input<T> k, Input<T> v, WriteArgs a) {
-  wait_for_prior_kernels();
-  allow_next_kernel_launch();
+  begin_dependent_kernel();
   const int64_t per_tensor = a.num_tokens * a.heads * a.chunks_per_head;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < 2 * per_tensor;
        i += int64_t{gridDim.x} * kThreads) {

@@ -49,16 +49,8 @@ struct DecodeArgs {
   float* part_lse;  // [batch, q_heads, splits]
 };
 
+using detail::from_float;
 using detail::to_float;
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 // Cache elements: bytes per element and the conversion of 16 of them (one
 // chunk, 16-byte aligned) or of one to float.
@@ -112,8 +104,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 template <typename Q, CacheDType C, int D>
 __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
-  wait_for_prior_kernels();
-  allow_next_kernel_launch();
+  begin_dependent_kernel();
   constexpr int kDims = D > kThreads ? D / kThreads : 1;         // head_dim elements per thread in P V
   constexpr int kTokenLanes = D < kThreads ? kThreads / D : 1;  // threads sharing one element in P V
   __shared__ float q_s[kMaxHeads][D];
@@ -279,8 +270,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
 // out = sum_s w_s o_s / sum_s w_s with w_s = exp(lse_s - max lse): one block per (sequence, query head).
 template <typename Q, int D>
 __global__ void __launch_bounds__(kThreads) merge_kernel(DecodeArgs a) {
-  wait_for_prior_kernels();
-  allow_next_kernel_launch();
+  begin_dependent_kernel();
   const int64_t head = blockIdx.x;
   const float* lse = a.part_lse + head * a.num_splits;
   float mx = -INFINITY;

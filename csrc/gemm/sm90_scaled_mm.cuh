@@ -211,7 +211,7 @@ struct Sm90ScaledMm {
       mainloop.mma_promotion_interval = static_cast<uint32_t>(tune.promotion ? tune.promotion : promotion);
     }
     cutlass::KernelHardwareInfo hw;
-    cudaGetDevice(&hw.device_id);
+    hw.device_id = current_device_info().device;
     hw.sm_count = current_device_info().sm_count;
     typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
                                   {m, n, k, 1},

@@ -28,6 +28,16 @@ __device__ __forceinline__ float to_float<__half>(__half v) { return __half2floa
 template <>
 __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
 
+// float -> T, rounded to nearest even.
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
 // The input matrix, typed. `vec` says rows start 16-byte aligned, so a chunk
 // starting at a multiple of 16 columns can be read with vector loads. A chunk
 // can be kept raw (in its input type: half the registers of floats for 16-bit

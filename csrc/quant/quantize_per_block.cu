@@ -21,8 +21,7 @@ template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kThreads) quantize_per_block_kernel(Input<T> in, Output out, ScaleRule rule,
                                                                       int64_t block_cols, float* scales) {
   __shared__ float smem[32];
-  wait_for_prior_kernels();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
-  allow_next_kernel_launch();
+  begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
   const int64_t br = blockIdx.y, bc = blockIdx.x;
   const int64_t c0 = bc * kGroupSize + (threadIdx.x % kChunkCols) * kChunk;
   const int64_t r0 = br * kGroupSize + threadIdx.x / kChunkCols;

@@ -46,8 +46,7 @@ template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kThreads) quantize_per_group_kernel(Input<T> in, Output out, ScaleRule rule,
                                                                       int64_t groups, int64_t padded_rows,
                                                                       float* scales) {
-  wait_for_prior_kernels();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
-  allow_next_kernel_launch();
+  begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
   constexpr int N = kQuantizeRowsPerStep;
   const int64_t g = blockIdx.x * int64_t{kGroupsPerBlock} + threadIdx.x / kLanesPerGroup;
   const int lane = threadIdx.x % kLanesPerGroup;

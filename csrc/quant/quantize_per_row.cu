@@ -18,8 +18,7 @@ template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(256) quantize_per_row_kernel(Input<T> in, Output out, ScaleRule rule,
                                                                float* row_scales) {
   __shared__ float smem[32];
-  wait_for_prior_kernels();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
-  allow_next_kernel_launch();
+  begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
   const int64_t r = blockIdx.x;
   const int64_t read_chunks = ceil_div(in.cols, kChunk);
   const int64_t write_chunks = ceil_div(out.padded_cols, kChunk);

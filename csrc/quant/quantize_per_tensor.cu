@@ -90,8 +90,7 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
                                                                    DelayedUpdate delayed) {
   __shared__ float smem[32];
   __shared__ bool last_block;
-  wait_for_prior_kernels();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
-  allow_next_kernel_launch();
+  begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
   const float s = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
   const Scale scale(s);
@@ -138,8 +137,7 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
 template <typename T>
 __global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out) {
   __shared__ float smem[32];
-  wait_for_prior_kernels();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
-  allow_next_kernel_launch();
+  begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
   constexpr int N = kAmaxRowsPerStep<T>;
   float amax = 0.0f;
   for_each_chunk_step<N>(in.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {
@@ -159,8 +157,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chu
 
 template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kThreads) cast_kernel(Input<T> in, Output out, int64_t chunks_per_row, bool saturate) {
-  wait_for_prior_kernels();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
-  allow_next_kernel_launch();
+  begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
   auto cast_row = [&](int64_t r, int64_t c0) {
     float v[kChunk];
     in.load(r, c0, v);

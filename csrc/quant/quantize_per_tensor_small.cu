@@ -26,8 +26,7 @@ __global__ void __launch_bounds__(kThreads)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __shared__ float smem[32];
   __shared__ float block_amax;
-  wait_for_prior_kernels();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
-  allow_next_kernel_launch();
+  begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
   cg::cluster_group cluster = cg::this_cluster();
   int row[kChunksPerThread], col[kChunksPerThread];
   typename Input<T>::Raw raw[kChunksPerThread] = {};
@@ -60,7 +59,6 @@ __global__ void __launch_bounds__(kThreads)
   __trap();  // never launched below sm_90 (see per_tensor_fits_one_pass)
 #endif
 }
-
 
 }  // namespace
 

@@ -7,7 +7,8 @@
 // writes are visible. In a decode step (quantize, GEMM, quantize, GEMM, ...
 // of a few microseconds each) that hides most of each launch gap. Every
 // kernel launched with PDL must call `wait_for_prior_kernels()` before it
-// reads or writes global memory (CUTLASS's sm90 GEMMs do so when built with
+// reads or writes global memory (our kernels start with
+// `begin_dependent_kernel()`; CUTLASS's sm90 GEMMs wait when built with
 // CUTLASS_ENABLE_GDC_FOR_SM90). FP8EXT_PDL=0 in the environment turns it off
 // (read at each launch, so a test can compare both ways in one process).
 #pragma once
@@ -21,6 +22,7 @@
 namespace fp8ext::cuda {
 
 struct DeviceInfo {
+  int device = 0;
   int sm_count = 132;
   int major = 0;  // compute capability
   // The kernels run code built for sm_90 only on Hopper: elsewhere the
@@ -42,7 +44,7 @@ inline const DeviceInfo& current_device_info() {
     const bool ok = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
                     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess;
     if (!ok) (void)cudaGetLastError();
-    info = DeviceInfo{ok && sms > 0 ? sms : 132, ok ? major : 0};
+    info = DeviceInfo{device, ok && sms > 0 ? sms : 132, ok ? major : 0};
     cached_device = device;
   }
   return info;
@@ -91,6 +93,13 @@ __device__ __forceinline__ void allow_next_kernel_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// The first statement of every kernel launched through `launch`: wait for the
+// kernels before, then let the next one start its setup.
+__device__ __forceinline__ void begin_dependent_kernel() {
+  wait_for_prior_kernels();
+  allow_next_kernel_launch();
 }
 #endif
 

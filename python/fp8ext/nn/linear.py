@@ -8,7 +8,8 @@ import math
 import torch
 from torch import nn
 
-from fp8ext import gemm, quantize as quantize_api
+from fp8ext import _native, gemm, quantize as quantize_api
+from fp8ext.ops.reference import pad_cols
 from fp8ext.recipes import CurrentScaling, Recipe
 from fp8ext.scaling_state import ScalingState
 
@@ -55,8 +56,7 @@ class FP8Linear(nn.Module):
         module = cls.__new__(cls)
         nn.Module.__init__(module)
         w = linear.weight.detach()
-        if w.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            raise TypeError(f"linear.weight must be float32, float16 or bfloat16, got {w.dtype}")
+        _native.check_input(w, "linear.weight")
         module._init_from(w, None if linear.bias is None else linear.bias.detach(),
                           recipe if recipe is not None else CurrentScaling(), w.dtype)
         return module
@@ -172,9 +172,7 @@ def _adapt_checkpoint(layer: FP8Linear, sd: dict, prefix: str) -> None:
             raise TypeError(f"{prefix}weight: the checkpoint holds {w.dtype}, this layer's recipe stores "
                             f"{layer.weight.dtype} (recipe {layer.recipe})")
         if w.dim() == 2 and w.shape[1] == layer.in_features and w.shape[1] != layer.weight.shape[1]:
-            padded = torch.zeros(w.shape[0], layer.weight.shape[1], dtype=w.dtype, device=w.device)
-            padded[:, :w.shape[1]] = w
-            sd[prefix + "weight"] = padded
+            sd[prefix + "weight"] = pad_cols(w, K_ALIGN)
     for name in ("weight_scale", "input_scale"):
         t = sd.get(prefix + name)
         mine = layer._buffers.get(name)

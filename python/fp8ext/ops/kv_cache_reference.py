@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import torch
 
+from fp8ext._native import INPUT_DTYPES
 from fp8ext.ops.reference import div_f32, saturating_cast
 
 CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.float16)
-INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
 
 
