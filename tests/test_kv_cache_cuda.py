@@ -13,6 +13,12 @@ E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 CACHE_DTYPES = [E4M3, E5M2, torch.bfloat16, torch.float16]
 
 
+# The kernel multiplies on the tensor cores with q and the softmax weights
+# rounded to fp16 (bf16 for a bf16 cache) and fp32 accumulation: the relative
+# error that costs on top of the query dtype's own rounding.
+MMA_TOL = {E4M3: 2e-3, E5M2: 2e-3, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+
+
 def rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
 
@@ -82,7 +88,7 @@ def test_decode_matches_reference(q_heads, kv_heads, dim, page_size, dtype, num_
         got = got.cpu()
         assert (got[-1] == 0).all()  # length 0
         for b in range(len(lengths) - 1):
-            assert rel(got[b], want[b]) < tol, (b, lengths[b], q_dtype)
+            assert rel(got[b], want[b]) < max(tol, MMA_TOL[dtype]), (b, lengths[b], q_dtype)
 
 
 @pytest.mark.parametrize("num_splits", [1, 4, 33])
@@ -97,7 +103,7 @@ def test_long_sequence_split_kv_with_window_and_softcap(num_splits, seed):
         want = ref.paged_decode_attention(q, k_pool, v_pool, *args)
         got = torch.ops.fp8ext.paged_decode_attention(q.cuda(), k_pool.cuda(), v_pool.cuda(),
                                                       *(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
-        assert rel(got.cpu(), want) < 1e-4, (window, softcap)
+        assert rel(got.cpu(), want) < MMA_TOL[E4M3], (window, softcap)
 
 
 @pytest.mark.parametrize("num_splits", [1, 3])
@@ -116,7 +122,8 @@ def test_non_finite_values_propagate_as_in_the_reference(num_splits, seed):
     got = torch.ops.fp8ext.paged_decode_attention(q.cuda(), k_pool.cuda(), v_pool.cuda(),
                                                   *(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
     assert torch.isnan(want[1, :2]).all() and torch.isnan(want[3, 2]).all() and torch.isfinite(want[0]).all()
-    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5, equal_nan=True)
+    torch.testing.assert_close(got.cpu(), want, rtol=MMA_TOL[torch.bfloat16], atol=MMA_TOL[torch.bfloat16],
+                               equal_nan=True)
 
 
 def test_int64_tables_out_of_int32_range_give_nan(seed):
@@ -166,7 +173,7 @@ def test_manager_on_cuda_matches_cpu_and_replays_in_a_cuda_graph(seed):
         assert torch.equal(gpu.k[layer].cpu().view(torch.uint8), cpu.k[layer].view(torch.uint8))
     q = torch.randn(3, 16, 128)
     plan_gpu, plan_cpu = gpu.plan([0, 1, 2]), cpu.plan([0, 1, 2], num_sms=132)
-    assert rel(gpu.attention(1, q.cuda(), plan_gpu).cpu(), cpu.attention(1, q, plan_cpu)) < 1e-4
+    assert rel(gpu.attention(1, q.cuda(), plan_gpu).cpu(), cpu.attention(1, q, plan_cpu)) < MMA_TOL[E4M3]
 
     # Capture one decode step; append a token to every sequence, refill the plan in place, replay.
     q_gpu = q.cuda()

@@ -1,16 +1,21 @@
-// Paged decode attention: one query token per sequence over its pages.
+// Paged decode attention: one query token per sequence over its pages, on
+// the tensor cores (mma.sync m16n8k16, fp16 operands, bf16 for a bf16 cache,
+// fp32 accumulation; FP8 codes are exact in fp16).
 //
-// A block takes (split, KV head x group of up to 8 query heads, sequence) and
-// walks its share of the sequence's tokens in chunks of 128:
-//   scores   one token per thread: its K row is read once, converted in
-//            registers and dotted with the group's queries (held in shared
-//            memory, pre-multiplied by softmax_scale * k_scale);
-//   softmax  online, in float32: a warp per query head updates the running max
-//            and sum and turns the chunk's scores into weights;
-//   P V      threads own head_dim elements, V is read once per chunk and the
-//            result multiplied by v_scale at the end.
-// With num_splits > 1 each split writes its partial output and log-sum-exp and
-// a second kernel merges them, so a single long sequence still fills the GPU.
+// A block takes (split, KV head x group of up to 8 query heads, sequence); its
+// four warps take turns over the split's tokens in steps of 16 or 32 and each
+// keeps its own online softmax, merged through shared memory at the end:
+//   S = Q K^T   Q (the group's heads x softmax_scale, fp16) is the A operand,
+//               a K row is loaded straight from its page into the B fragment;
+//               k_scale and log2(e) are applied to the fp32 scores;
+//   O^T = V^T P^T  V rows are the A operand (byte-permuted into fragments), and
+//               the score fragments, exponentiated and rounded, are exactly the
+//               B fragments, so P never leaves the registers; v_scale at the end.
+// Within one m16n8k16 step the order of the summed dimension is free, so each
+// thread's head-dim slice is a contiguous 16-byte load (the same permutation is
+// applied to Q). With num_splits > 1 each split writes its partial output and
+// log2-sum-exp and a second kernel merges them, so one long sequence still
+// fills the GPU.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -26,9 +31,9 @@ namespace fp8ext::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kChunkTokens = kThreads;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxHeads = 8;  // query heads per block (larger GQA groups take several blocks)
+constexpr int kMaxHeads = 8;  // query heads per block: the n of the P V mma (larger groups take several blocks)
+constexpr float kLog2e = 1.4426950408889634f;
 
 struct DecodeArgs {
   const void* q;
@@ -46,74 +51,110 @@ struct DecodeArgs {
   int num_splits, window;
   void* out;
   float* part_out;  // [batch, q_heads, splits, D] when num_splits > 1
-  float* part_lse;  // [batch, q_heads, splits]
+  float* part_lse;  // [batch, q_heads, splits], log2 domain
 };
 
 using detail::from_float;
 using detail::to_float;
 
-// Cache elements: bytes per element and the conversion of 16 of them (one
-// chunk, 16-byte aligned) or of one to float.
+// The mma's operand type for a cache: fp16 holds every E4M3 and E5M2 code exactly.
 template <CacheDType C>
-struct Cache {
-  static constexpr int kBytes = (C == CacheDType::kE4M3 || C == CacheDType::kE5M2) ? 1 : 2;
+struct MmaOf {
+  static constexpr bool kBf16 = C == CacheDType::kBFloat16;
+  static constexpr int kBytes = (C == CacheDType::kE4M3 || C == CacheDType::kE5M2) ? 1 : 2;  // per cache element
 
-  __device__ __forceinline__ static float one(const uint8_t* p) {
-    if constexpr (kBytes == 1) {
-      const __half_raw h = __nv_cvt_fp8_to_halfraw(*p, C == CacheDType::kE5M2 ? __NV_E5M2 : __NV_E4M3);
-      return __half2float(__half(h));
-    } else if constexpr (C == CacheDType::kFloat16) {
-      return __half2float(*reinterpret_cast<const __half*>(p));
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    uint32_t r;
+    if constexpr (kBf16) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+      r = *reinterpret_cast<const uint32_t*>(&h);
     } else {
-      return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(p));
+      const __half2 h = __floats2half2_rn(lo, hi);
+      r = *reinterpret_cast<const uint32_t*>(&h);
     }
+    return r;
   }
 
-  __device__ __forceinline__ static void sixteen(const uint8_t* p, float (&f)[16]) {
+  // Two cache elements (the low 16 bits of x for FP8, all of x otherwise) as an operand register.
+  __device__ __forceinline__ static uint32_t pair(uint32_t x) {
     if constexpr (kBytes == 1) {
-      const uint4 w = __ldg(reinterpret_cast<const uint4*>(p));
-      const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&w);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pairs[i], C == CacheDType::kE5M2 ? __NV_E5M2 : __NV_E4M3);
-        const float2 x = __half22float2(__half2(h));
-        f[2 * i] = x.x;
-        f[2 * i + 1] = x.y;
-      }
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xFFFFu),
+                                                       C == CacheDType::kE5M2 ? __NV_E5M2 : __NV_E4M3);
+      return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
     } else {
-      uint4 w[2];
-      w[0] = __ldg(reinterpret_cast<const uint4*>(p));
-      w[1] = __ldg(reinterpret_cast<const uint4*>(p) + 1);
-      const auto* e = reinterpret_cast<const uint16_t*>(w);
-#pragma unroll
-      for (int i = 0; i < 16; ++i) f[i] = one(reinterpret_cast<const uint8_t*>(e + i));
+      return x;
     }
   }
 };
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
+template <bool kBf16>
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  if constexpr (kBf16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
 }
 
+__device__ __forceinline__ uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t selector) {
+  return __byte_perm(x, y, selector);
+}
+
+// Loads `Words` 32-bit words from a 4*Words-byte aligned address (16-byte loads where they fit).
+template <int Words>
+__device__ __forceinline__ void load_words(const uint8_t* p, uint32_t (&w)[Words]) {
+  if constexpr (Words % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < Words / 4; ++i) {
+      const uint4 x = __ldg(reinterpret_cast<const uint4*>(p) + i);
+      w[4 * i] = x.x, w[4 * i + 1] = x.y, w[4 * i + 2] = x.z, w[4 * i + 3] = x.w;
+    }
+  } else {
+    static_assert(Words == 2, "8-byte slices only below 16");
+    const uint2 x = __ldg(reinterpret_cast<const uint2*>(p));
+    w[0] = x.x, w[1] = x.y;
+  }
+}
+
+// Fragment layout (PTX m16n8k16; g = lane / 4, c = lane % 4):
+//   A 16x16: {a0,a1} (g, 2c..2c+1), {a2,a3} (g+8, 2c..), {a4,a5} (g, 2c+8..), {a6,a7} (g+8, 2c+8..)
+//   B 16x8:  {b0,b1} (k 2c..2c+1, n g), {b2,b3} (k 2c+8.., n g)
+//   C 16x8:  c0,c1 (g, 2c..2c+1), c2,c3 (g+8, 2c..)
+// S = Q K^T: m = query head (rows 8-15 unused), n = token g of an 8-token tile,
+// k = head dim. Thread c holds elements [16c, 16c + 16) of each 64-dim group
+// of its token; k-step j of the group takes elements 4j..4j+3 as (2c, 2c+1,
+// 2c+8, 2c+9).
+// O^T = V^T P^T: m = head dim, n = query head, k = token. Thread (g, c) holds
+// elements [g D/8, (g+1) D/8) of tokens 2c, 2c+1, 2c+8, 2c+9; m-tile i takes
+// elements 2i (row g) and 2i + 1 (row g + 8) of that slice.
 template <typename Q, CacheDType C, int D>
 __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
   begin_dependent_kernel();
-  constexpr int kDims = D > kThreads ? D / kThreads : 1;         // head_dim elements per thread in P V
-  constexpr int kTokenLanes = D < kThreads ? kThreads / D : 1;  // threads sharing one element in P V
-  __shared__ float q_s[kMaxHeads][D];
-  __shared__ float p_s[kMaxHeads][kChunkTokens];
-  __shared__ int64_t row_s[kChunkTokens];  // cache row (page * page_size + offset) of each chunk token; -1: none
-  __shared__ float m_s[kMaxHeads], l_s[kMaxHeads], alpha_s[kMaxHeads];
+  using M = MmaOf<C>;
+  constexpr int kE = M::kBytes;
+  constexpr int kStep = D * kE <= 128 ? 32 : 16;  // tokens per warp step (registers bound it)
+  constexpr int kNTiles = kStep / 8;               // S tiles per step
+  constexpr int kKSteps = kStep / 16;              // P V k-steps per step
+  constexpr int kGroups = D / 64;                  // 64-dim groups of the S k-loop
+  constexpr int kKWords = 16 * kE / 4;             // words of one thread's K slice per group
+  constexpr int kVWords = D / 8 * kE / 4;          // words of one thread's V slice per token
+  constexpr int kMTiles = D / 16;                  // O^T tiles
+  static_assert(D % 64 == 0 && kStep <= 32, "head_dim 64, 128 or 256");
+
+  __shared__ float o_s[kWarps][kMaxHeads][D];
+  __shared__ float m_s[kWarps][kMaxHeads], l_s[kWarps][kMaxHeads];
   __shared__ int bad_s;
 
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
   const int split = blockIdx.x;
   const int kv = blockIdx.y / a.head_blocks;
   const int h0 = kv * a.group + (blockIdx.y % a.head_blocks) * kMaxHeads;  // first query head of the block
@@ -127,147 +168,193 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
   const int64_t per_split = (hi - lo + a.num_splits - 1) / a.num_splits;
   const int64_t t_begin = lo + split * per_split, t_end = min(hi, t_begin + per_split);
   const float ks = a.k_scale[a.k_per_head ? kv : 0], vs = a.v_scale[a.v_per_head ? kv : 0];
-
-  const Q* q = static_cast<const Q*>(a.q) + (b * a.q_heads + h0) * D;
-  for (int i = tid; i < nh * D; i += kThreads) q_s[i / D][i % D] = to_float(q[i]) * (a.softmax_scale * ks);
-  if (tid < kMaxHeads) {
-    m_s[tid] = -INFINITY;
-    l_s[tid] = 0.0f;
-  }
   if (tid == 0) bad_s = bad_len;
+
+  // Q as A fragments, one pair of registers per k-step (rows 8-15 are zero).
+  uint32_t qa[kGroups * 4][2];
+  {
+    const Q* q = static_cast<const Q*>(a.q) + (b * a.q_heads + h0 + g) * D;
+#pragma unroll
+    for (int grp = 0; grp < kGroups; ++grp)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float x[4] = {};
+        if (g < nh) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) x[e] = to_float(q[64 * grp + 16 * c + 4 * j + e]) * a.softmax_scale;
+        }
+        qa[grp * 4 + j][0] = M::pack(x[0], x[1]);
+        qa[grp * 4 + j][1] = M::pack(x[2], x[3]);
+      }
+  }
+
+  float acc[kMTiles][4] = {};
+  float m_run = -INFINITY, l_run = 0.0f;  // head g's running max (log2 domain) and this thread's share of the sum
+  bool bad = false;
+  const int64_t row_bytes = a.kv_heads * D * kE;  // one cache row: all KV heads of a token
+  const uint8_t* k_base = a.k + int64_t{kv} * D * kE;
+  const uint8_t* v_base = a.v + int64_t{kv} * D * kE;
+
+  for (int64_t base = t_begin + int64_t{warp} * kStep; base < t_end; base += int64_t{kWarps} * kStep) {
+    // Lane i finds the cache row of token base + i (-1: past the end or a bad page).
+    int row = -1;
+    if (lane < kStep && base + lane < t_end) {
+      const int64_t t = base + lane;
+      const int64_t page = a.block_table[b * a.max_pages + t / a.page_size];
+      if (page < 0 || page >= a.num_pages) bad = true;
+      else row = static_cast<int>(page * a.page_size + t % a.page_size);
+    }
+
+    uint32_t kw[kNTiles][kGroups][kKWords];
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) {
+      const int r = __shfl_sync(0xFFFFFFFFu, row, 8 * n + g);
+#pragma unroll
+      for (int grp = 0; grp < kGroups; ++grp) {
+        if (r >= 0) {
+          load_words(k_base + r * row_bytes + (64 * grp + 16 * c) * kE, kw[n][grp]);
+        } else {
+#pragma unroll
+          for (int w = 0; w < kKWords; ++w) kw[n][grp][w] = 0;
+        }
+      }
+    }
+    uint32_t vw[kKSteps][4][kVWords];  // tokens 2c, 2c+1, 2c+8, 2c+9 of each k-step
+#pragma unroll
+    for (int s = 0; s < kKSteps; ++s)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = __shfl_sync(0xFFFFFFFFu, row, 16 * s + 2 * c + (i & 1) + (i & 2) * 4);
+        if (r >= 0) {  // tokens past the end must be zero, not stale: P = 0 times NaN is NaN
+          load_words(v_base + r * row_bytes + g * (D / 8) * kE, vw[s][i]);
+        } else {
+#pragma unroll
+          for (int w = 0; w < kVWords; ++w) vw[s][i][w] = 0;
+        }
+      }
+
+    // Scores of head g for tokens 8n + 2c + {0, 1}.
+    float sc[kNTiles][4];
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) {
+      sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+      for (int grp = 0; grp < kGroups; ++grp)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t b0, b1;
+          if constexpr (kE == 1) {
+            b0 = M::pair(kw[n][grp][j]);
+            b1 = M::pair(kw[n][grp][j] >> 16);
+          } else {
+            b0 = kw[n][grp][2 * j];
+            b1 = kw[n][grp][2 * j + 1];
+          }
+          mma16816<M::kBf16>(sc[n], qa[grp * 4 + j][0], 0u, qa[grp * 4 + j][1], 0u, b0, b1);
+        }
+    }
+
+    // Online softmax over the step; the four threads of a head share its max.
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float x = sc[n][e] * ks;
+        if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
+        x = base + 8 * n + 2 * c + e < t_end ? x * kLog2e : -INFINITY;
+        sc[n][e] = x;
+        mx = fmaxf(mx, x);  // a NaN score is skipped here and poisons its p below
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+    const float m_new = fmaxf(m_run, mx);
+    const float alpha = m_run == -INFINITY ? 0.0f : exp2f(m_run - m_new);  // +inf - +inf: NaN, as softmax gives
+    m_run = m_new;
+    l_run *= alpha;
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = sc[n][e] == -INFINITY ? 0.0f : exp2f(sc[n][e] - m_new);
+        sc[n][e] = p;
+        l_run += p;
+      }
+
+    // O^T += V^T P^T: this thread's accumulators belong to heads 2c and 2c + 1.
+    const float alpha0 = __shfl_sync(0xFFFFFFFFu, alpha, 8 * c), alpha1 = __shfl_sync(0xFFFFFFFFu, alpha, 8 * c + 4);
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i) {
+      acc[i][0] *= alpha0, acc[i][2] *= alpha0;
+      acc[i][1] *= alpha1, acc[i][3] *= alpha1;
+    }
+#pragma unroll
+    for (int s = 0; s < kKSteps; ++s) {
+      const uint32_t b0 = M::pack(sc[2 * s][0], sc[2 * s][1]);
+      const uint32_t b1 = M::pack(sc[2 * s + 1][0], sc[2 * s + 1][1]);
+#pragma unroll
+      for (int i = 0; i < kMTiles; ++i) {
+        // Elements 2i and 2i+1 of the slice of tokens (2c, 2c+1) and (2c+8, 2c+9).
+        uint32_t lo, hi;  // (t0 elem, t1 elem) pairs for rows g and g + 8
+        uint32_t a0, a1, a2, a3;
+        if constexpr (kE == 1) {
+          const int w = i / 2, sel = (i % 2) ? 0x7362 : 0x5140;
+          lo = byte_perm(vw[s][0][w], vw[s][1][w], sel);
+          hi = byte_perm(vw[s][2][w], vw[s][3][w], sel);
+          a0 = M::pair(lo), a1 = M::pair(lo >> 16), a2 = M::pair(hi), a3 = M::pair(hi >> 16);
+        } else {
+          a0 = byte_perm(vw[s][0][i], vw[s][1][i], 0x5410), a1 = byte_perm(vw[s][0][i], vw[s][1][i], 0x7632);
+          a2 = byte_perm(vw[s][2][i], vw[s][3][i], 0x5410), a3 = byte_perm(vw[s][2][i], vw[s][3][i], 0x7632);
+        }
+        mma16816<M::kBf16>(acc[i], a0, a1, a2, a3, b0, b1);
+      }
+    }
+  }
+
+  // Merge the warps: each leaves (max, sum) per head and its unnormalized O.
+  l_run += __shfl_xor_sync(0xFFFFFFFFu, l_run, 1);
+  l_run += __shfl_xor_sync(0xFFFFFFFFu, l_run, 2);
+  if (c == 0) {
+    m_s[warp][g] = m_run;
+    l_s[warp][g] = l_run;
+  }
+#pragma unroll
+  for (int i = 0; i < kMTiles; ++i) {
+    const int d = g * (D / 8) + 2 * i;
+    o_s[warp][2 * c][d] = acc[i][0];
+    o_s[warp][2 * c + 1][d] = acc[i][1];
+    o_s[warp][2 * c][d + 1] = acc[i][2];
+    o_s[warp][2 * c + 1][d + 1] = acc[i][3];
+  }
+  if (__any_sync(0xFFFFFFFFu, bad) && lane == 0) bad_s = 1;
   __syncthreads();
 
-  float acc[kMaxHeads][kDims] = {};
-  const int d_own = tid % (D < kThreads ? D : kThreads);
-  const int token_lane = D < kThreads ? tid / D : 0;
-  const int64_t row_bytes = a.kv_heads * D * Cache<C>::kBytes;  // one cache row: all KV heads of a token
-
-  for (int64_t chunk = t_begin; chunk < t_end; chunk += kChunkTokens) {
-    // Scores: token chunk + tid.
-    float s[kMaxHeads];
+  const bool bad_block = bad_s != 0;
+  for (int idx = tid; idx < nh * D; idx += kThreads) {
+    const int h = idx / D, d = idx % D;
+    float mx = -INFINITY;
 #pragma unroll
-    for (int h = 0; h < kMaxHeads; ++h) s[h] = -INFINITY;
-    const int64_t t = chunk + tid;
-    int64_t row = -1;
-    if (t < t_end) {
-      const int64_t page = a.block_table[b * a.max_pages + t / a.page_size];
-      if (page < 0 || page >= a.num_pages) {
-        bad_s = 1;
-      } else {
-        row = page * a.page_size + t % a.page_size;
-        const uint8_t* k_row = a.k + row * row_bytes + int64_t{kv} * D * Cache<C>::kBytes;
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_s[w][h]);
+    float num = 0.0f, den = 0.0f;
 #pragma unroll
-        for (int h = 0; h < kMaxHeads; ++h) s[h] = 0.0f;
-#pragma unroll 2
-        for (int d = 0; d < D; d += 16) {
-          float kf[16];
-          Cache<C>::sixteen(k_row + d * Cache<C>::kBytes, kf);
-#pragma unroll
-          for (int h = 0; h < kMaxHeads; ++h) {
-            if (h < nh) {
-#pragma unroll
-              for (int i = 0; i < 16; ++i) s[h] = fmaf(q_s[h][d + i], kf[i], s[h]);
-            }
-          }
-        }
-        if (a.softcap > 0.0f) {
-#pragma unroll
-          for (int h = 0; h < kMaxHeads; ++h) s[h] = a.softcap * tanhf(s[h] / a.softcap);
-        }
-      }
+    for (int w = 0; w < kWarps; ++w) {
+      // A warp with no tokens has max -inf, sum 0 and O 0; a NaN sum or O stays NaN.
+      const float f = m_s[w][h] == -INFINITY ? 0.0f : exp2f(m_s[w][h] - mx);
+      num = fmaf(f, o_s[w][h][d], num);
+      den = fmaf(f, l_s[w][h], den);
     }
-    row_s[tid] = row;
-#pragma unroll
-    for (int h = 0; h < kMaxHeads; ++h)
-      if (h < nh) p_s[h][tid] = row >= 0 ? s[h] : -INFINITY;
-    __syncthreads();
-
-    // Online softmax: warp w updates heads w, w + 4; scores become weights. A
-    // NaN score makes the head NaN (as softmax does): fmaxf would skip it.
-    for (int h = warp; h < nh; h += kWarps) {
-      float mx = -INFINITY;
-      bool nan = false;
-      for (int i = lane; i < kChunkTokens; i += 32) {
-        mx = fmaxf(mx, p_s[h][i]);
-        nan |= isnan(p_s[h][i]);
-      }
-      mx = warp_max(mx);
-      const float m_old = m_s[h];
-      const float m_new = __any_sync(0xFFFFFFFFu, nan) ? NAN : fmaxf(m_old, mx);
-      float sum = 0.0f;
-      for (int i = lane; i < kChunkTokens; i += 32) {
-        const float p = m_new == -INFINITY ? 0.0f : __expf(p_s[h][i] - m_new);
-        p_s[h][i] = p;
-        sum += p;
-      }
-      sum = warp_sum(sum);
-      if (lane == 0) {
-        const float alpha = m_old == -INFINITY ? 0.0f : __expf(m_old - m_new);
-        alpha_s[h] = alpha;
-        l_s[h] = l_s[h] * alpha + sum;
-        m_s[h] = m_new;
-      }
-    }
-    __syncthreads();
-
-    // P V over the chunk's tokens.
-#pragma unroll
-    for (int h = 0; h < kMaxHeads; ++h)
-#pragma unroll
-      for (int j = 0; j < kDims; ++j) acc[h][j] *= h < nh ? alpha_s[h] : 1.0f;
-    const int n = static_cast<int>(t_end - chunk < kChunkTokens ? t_end - chunk : kChunkTokens);
-    for (int i = token_lane; i < n; i += kTokenLanes) {
-      const int64_t r = row_s[i];
-      if (r < 0) continue;
-      const uint8_t* v_row = a.v + r * row_bytes + int64_t{kv} * D * Cache<C>::kBytes;
-#pragma unroll
-      for (int j = 0; j < kDims; ++j) {
-        const float vf = Cache<C>::one(v_row + (d_own + j * kThreads) * Cache<C>::kBytes);
-#pragma unroll
-        for (int h = 0; h < kMaxHeads; ++h)
-          if (h < nh) acc[h][j] = fmaf(p_s[h][i], vf, acc[h][j]);
-      }
-    }
-    __syncthreads();  // p_s and row_s are rewritten by the next chunk
-  }
-
-  // Threads sharing an element (head_dim < 128) add up their token lanes.
-  if constexpr (kTokenLanes > 1) {
-    static_assert(kTokenLanes * kMaxHeads * D <= kMaxHeads * kChunkTokens, "the reduction reuses p_s");
-    float* red = &p_s[0][0];
-#pragma unroll
-    for (int h = 0; h < kMaxHeads; ++h)
-      if (h < nh) red[(token_lane * kMaxHeads + h) * D + d_own] = acc[h][0];
-    __syncthreads();
-    if (token_lane != 0) return;
-#pragma unroll
-    for (int h = 0; h < kMaxHeads; ++h)
-      if (h < nh)
-        for (int l = 1; l < kTokenLanes; ++l) acc[h][0] += red[(l * kMaxHeads + h) * D + d_own];
-  }
-
-  const bool bad = bad_s != 0;
-#pragma unroll
-  for (int h = 0; h < kMaxHeads; ++h) {
-    if (h >= nh) continue;
-    const float l = l_s[h];
+    const float o = bad_block ? NAN : (den != 0.0f ? num / den * vs : 0.0f);  // den is NaN after a NaN score
     const int64_t head = b * a.q_heads + h0 + h;
-#pragma unroll
-    for (int j = 0; j < kDims; ++j) {
-      const int d = d_own + j * kThreads;
-      const float o = bad ? NAN : (l != 0.0f ? acc[h][j] / l * vs : 0.0f);  // l is NaN after a NaN score
-      if (a.num_splits == 1) {
-        static_cast<Q*>(a.out)[head * D + d] = from_float<Q>(o);
-      } else {
-        a.part_out[(head * a.num_splits + split) * D + d] = o;
-      }
+    if (a.num_splits == 1) {
+      static_cast<Q*>(a.out)[head * D + d] = from_float<Q>(o);
+    } else {
+      a.part_out[(head * a.num_splits + split) * D + d] = o;
+      if (d == 0) a.part_lse[head * a.num_splits + split] = bad_block ? NAN : (den != 0.0f ? mx + log2f(den) : -INFINITY);
     }
-    if (a.num_splits > 1 && tid == 0)
-      a.part_lse[head * a.num_splits + split] = bad ? NAN : (l != 0.0f ? m_s[h] + logf(l) : -INFINITY);
   }
 }
 
-// out = sum_s w_s o_s / sum_s w_s with w_s = exp(lse_s - max lse): one block per (sequence, query head).
+// out = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse_s - max lse): one block per (sequence, query head).
 template <typename Q, int D>
 __global__ void __launch_bounds__(kThreads) merge_kernel(DecodeArgs a) {
   begin_dependent_kernel();
@@ -283,7 +370,7 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(DecodeArgs a) {
     float num = 0.0f, den = 0.0f;
     if (mx > -INFINITY) {
       for (int s = 0; s < a.num_splits; ++s) {
-        const float w = __expf(lse[s] - mx);  // 0 for empty splits (lse = -inf)
+        const float w = exp2f(lse[s] - mx);  // 0 for empty splits (lse = -inf)
         num = fmaf(w, a.part_out[(head * a.num_splits + s) * D + d], num);
         den += w;
       }
@@ -341,6 +428,7 @@ cudaError_t paged_decode_attention(const DecodeProblem& p, void* workspace, cuda
   const int group = static_cast<int>(p.num_q_heads / kv_heads);
   const int head_blocks = (group + kMaxHeads - 1) / kMaxHeads;
   if (kv_heads * head_blocks > 65535) return cudaErrorInvalidValue;
+  if (p.k.num_pages * p.k.page_size > INT32_MAX) return cudaErrorInvalidValue;  // cache rows are int32 in the kernel
   float* part_out = static_cast<float*>(workspace);
   float* part_lse = part_out ? part_out + p.batch * p.num_q_heads * p.num_splits * dim : nullptr;
   if (p.num_splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;

@@ -134,7 +134,7 @@ void check_decode(int num_splits, int q_heads) {
         err += (got - o) * (got - o);
         norm += o * o;
       }
-      EXPECT_TRUE(std::sqrt(err / norm) < 1e-4);  // one head's relative error
+      EXPECT_TRUE(std::sqrt(err / norm) < 2e-3);  // one head's relative error: q and P are rounded to fp16 for the mma
     }
   }
 }

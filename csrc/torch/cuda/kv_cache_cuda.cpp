@@ -131,6 +131,9 @@ at::Tensor paged_decode_attention_cuda(const at::Tensor& q, const at::Tensor& k_
                     window);
   TORCH_CHECK_VALUE(softcap >= 0, "softcap must be >= 0 (0: none), got ", softcap);
   TORCH_CHECK_VALUE(batch <= 65535, "batch must be at most 65535, got ", batch);
+  TORCH_CHECK_VALUE(k_pool.num_pages * k_pool.page_size <= INT32_MAX,
+                    "k_cache must hold fewer than 2^31 tokens (num_pages x page_size) on CUDA, got ",
+                    k_pool.num_pages * k_pool.page_size);
   check_device(q, "q", k_cache);
   check_device(block_table, "block_table", k_cache);
   check_device(seq_lens, "seq_lens", k_cache);
