@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import fp8ext
-from fp8ext.kv_cache import MIN_TOKENS_PER_SPLIT, PagedKVCache, bytes_per_token, capacity_tokens, plan_splits
+from fp8ext.kv_cache import BLOCKS_PER_SM, MIN_TOKENS_PER_SPLIT, PagedKVCache, bytes_per_token, capacity_tokens, plan_splits
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 
@@ -81,7 +81,11 @@ def test_fp8_cache_holds_twice_the_tokens_of_bf16():
 
 
 def test_plan_splits_fills_the_gpu_with_one_long_sequence():
-    assert plan_splits(1, 8, 131072, num_sms=132) == 33  # 2 x 132 / 8
+    slots = BLOCKS_PER_SM * 132
+    for batch, heads, length in ((1, 8, 131072), (8, 8, 32768), (1, 1, 131072), (5, 8, 65536)):
+        blocks = batch * heads * plan_splits(batch, heads, length, num_sms=132)
+        assert 0.95 * slots <= blocks <= slots or blocks % slots >= 0.95 * slots, (batch, heads, blocks)
+    assert plan_splits(64, 8, 4096, num_sms=132) == 1  # 512 blocks: two full waves already
     assert plan_splits(256, 8, 1024, num_sms=132) == 1
     assert plan_splits(1, 8, 300, num_sms=132) == math.ceil(300 / MIN_TOKENS_PER_SPLIT)
     assert plan_splits(1, 8, 0) == 1

@@ -21,6 +21,7 @@
 #include <cuda_fp8.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <type_traits>
 
 #include "../quant/quant_common.cuh"
@@ -136,7 +137,7 @@ __device__ __forceinline__ void load_words(const uint8_t* p, uint32_t (&w)[Words
 // O^T = V^T P^T: m = head dim, n = query head, k = token. Thread (g, c) holds
 // elements [g D/8, (g+1) D/8) of tokens 2c, 2c+1, 2c+8, 2c+9; m-tile i takes
 // elements 2i (row g) and 2i + 1 (row g + 8) of that slice.
-template <typename Q, CacheDType C, int D>
+template <typename Q, CacheDType C, int D, bool kPrefetch>
 __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
   begin_dependent_kernel();
   using M = MmaOf<C>;
@@ -149,6 +150,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
   constexpr int kVWords = D / 8 * kE / 4;          // words of one thread's V slice per token
   constexpr int kMTiles = D / 16;                  // O^T tiles
   static_assert(D % 64 == 0 && kStep <= 32, "head_dim 64, 128 or 256");
+  constexpr bool kPipelined = kPrefetch && D * kE <= 128;  // two steps of registers fit below 256
 
   __shared__ float o_s[kWarps][kMaxHeads][D];
   __shared__ float m_s[kWarps][kMaxHeads], l_s[kWarps][kMaxHeads];
@@ -195,7 +197,13 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
   const uint8_t* k_base = a.k + int64_t{kv} * D * kE;
   const uint8_t* v_base = a.v + int64_t{kv} * D * kE;
 
-  for (int64_t base = t_begin + int64_t{warp} * kStep; base < t_end; base += int64_t{kWarps} * kStep) {
+  // One step's K and V fragments; the next step's loads are in flight while
+  // this one is computed.
+  struct Tiles {
+    uint32_t k[kNTiles][kGroups][kKWords];
+    uint32_t v[kKSteps][4][kVWords];  // tokens 2c, 2c+1, 2c+8, 2c+9 of each k-step
+  };
+  auto fetch = [&](int64_t base, Tiles& f) {
     // Lane i finds the cache row of token base + i (-1: past the end or a bad page).
     int row = -1;
     if (lane < kStep && base + lane < t_end) {
@@ -204,34 +212,41 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
       if (page < 0 || page >= a.num_pages) bad = true;
       else row = static_cast<int>(page * a.page_size + t % a.page_size);
     }
-
-    uint32_t kw[kNTiles][kGroups][kKWords];
 #pragma unroll
     for (int n = 0; n < kNTiles; ++n) {
       const int r = __shfl_sync(0xFFFFFFFFu, row, 8 * n + g);
 #pragma unroll
       for (int grp = 0; grp < kGroups; ++grp) {
         if (r >= 0) {
-          load_words(k_base + r * row_bytes + (64 * grp + 16 * c) * kE, kw[n][grp]);
+          load_words(k_base + r * row_bytes + (64 * grp + 16 * c) * kE, f.k[n][grp]);
         } else {
 #pragma unroll
-          for (int w = 0; w < kKWords; ++w) kw[n][grp][w] = 0;
+          for (int w = 0; w < kKWords; ++w) f.k[n][grp][w] = 0;
         }
       }
     }
-    uint32_t vw[kKSteps][4][kVWords];  // tokens 2c, 2c+1, 2c+8, 2c+9 of each k-step
 #pragma unroll
     for (int s = 0; s < kKSteps; ++s)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r = __shfl_sync(0xFFFFFFFFu, row, 16 * s + 2 * c + (i & 1) + (i & 2) * 4);
         if (r >= 0) {  // tokens past the end must be zero, not stale: P = 0 times NaN is NaN
-          load_words(v_base + r * row_bytes + g * (D / 8) * kE, vw[s][i]);
+          load_words(v_base + r * row_bytes + g * (D / 8) * kE, f.v[s][i]);
         } else {
 #pragma unroll
-          for (int w = 0; w < kVWords; ++w) vw[s][i][w] = 0;
+          for (int w = 0; w < kVWords; ++w) f.v[s][i][w] = 0;
         }
       }
+  };
+
+  const int64_t stride = int64_t{kWarps} * kStep;
+  Tiles cur;
+  fetch(t_begin + int64_t{warp} * kStep, cur);
+  for (int64_t base = t_begin + int64_t{warp} * kStep; base < t_end; base += stride) {
+    Tiles next;
+    if constexpr (kPipelined) fetch(base + stride, next);
+    const auto& kw = cur.k;
+    const auto& vw = cur.v;
 
     // Scores of head g for tokens 8n + 2c + {0, 1}.
     float sc[kNTiles][4];
@@ -309,6 +324,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
         mma16816<M::kBf16>(acc[i], a0, a1, a2, a3, b0, b1);
       }
     }
+    if constexpr (kPipelined) cur = next;
+    else fetch(base + stride, cur);
   }
 
   // Merge the warps: each leaves (max, sum) per head and its unnormalized O.
@@ -387,7 +404,12 @@ cudaError_t launch_typed(const DecodeArgs& a, int64_t batch, int64_t head_dim, c
   const dim3 merge_grid(static_cast<unsigned>(batch * a.q_heads));
   auto run = [&](auto dim) -> cudaError_t {
     constexpr int D = decltype(dim)::value;
-    cudaError_t err = launch(decode_kernel<Q, C, D>, grid, dim3(kThreads), stream, a);
+    static const bool prefetch = [] {  // tuning switch, read once (FP8EXT_DECODE_PREFETCH=0: off)
+      const char* e = std::getenv("FP8EXT_DECODE_PREFETCH");
+      return !(e && e[0] == '0');
+    }();
+    cudaError_t err = prefetch ? launch(decode_kernel<Q, C, D, true>, grid, dim3(kThreads), stream, a)
+                               : launch(decode_kernel<Q, C, D, false>, grid, dim3(kThreads), stream, a);
     if (err == cudaSuccess && a.num_splits > 1)
       err = launch(merge_kernel<Q, D>, merge_grid, dim3(kThreads), stream, a);
     return err;

@@ -48,11 +48,20 @@ def capacity_tokens(memory_bytes: int, num_layers: int, num_kv_heads: int, head_
     return (memory_bytes // page_bytes) * page_size
 
 
+# Decode blocks resident per SM (four warps each; the kernel's registers allow two).
+BLOCKS_PER_SM = 2
+
+
 def plan_splits(batch: int, num_kv_heads: int, max_len: int, num_sms: int = 132) -> int:
-    """KV splits per sequence for the decode kernel: enough (batch x heads x
-    splits) work items for two per SM, none shorter than MIN_TOKENS_PER_SPLIT."""
-    wanted = math.ceil(2 * num_sms / max(1, batch * num_kv_heads))
-    return max(1, min(wanted, math.ceil(max_len / MIN_TOKENS_PER_SPLIT)))
+    """KV splits per sequence for the decode kernel. The (batch x heads x
+    splits) blocks run in waves of BLOCKS_PER_SM x num_sms; the time is about
+    waves / splits, so this takes the fewest splits within 5% of the best,
+    none shorter than MIN_TOKENS_PER_SPLIT tokens."""
+    items, slots = max(1, batch * num_kv_heads), BLOCKS_PER_SM * num_sms
+    most = max(1, math.ceil(max_len / MIN_TOKENS_PER_SPLIT))
+    cost = {s: math.ceil(items * s / slots) / s for s in range(1, most + 1)}
+    best = min(cost.values())
+    return min(s for s, c in cost.items() if c <= 1.05 * best)
 
 
 @dataclasses.dataclass
