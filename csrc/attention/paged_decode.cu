@@ -137,8 +137,9 @@ __device__ __forceinline__ void load_words(const uint8_t* p, uint32_t (&w)[Words
 // O^T = V^T P^T: m = head dim, n = query head, k = token. Thread (g, c) holds
 // elements [g D/8, (g+1) D/8) of tokens 2c, 2c+1, 2c+8, 2c+9; m-tile i takes
 // elements 2i (row g) and 2i + 1 (row g + 8) of that slice.
-template <typename Q, CacheDType C, int D, bool kPrefetch>
-__global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
+template <typename Q, CacheDType C, int D, int kVariant>
+__global__ void __launch_bounds__(kThreads, kVariant == 2 ? 3 : 1) decode_kernel(DecodeArgs a) {
+  constexpr bool kPrefetch = kVariant == 1;
   begin_dependent_kernel();
   using M = MmaOf<C>;
   constexpr int kE = M::kBytes;
@@ -193,7 +194,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
   float acc[kMTiles][4] = {};
   float m_run = -INFINITY, l_run = 0.0f;  // head g's running max (log2 domain) and this thread's share of the sum
   bool bad = false;
-  const int64_t row_bytes = a.kv_heads * D * kE;  // one cache row: all KV heads of a token
+  const int row_bytes = static_cast<int>(a.kv_heads) * D * kE;  // one cache row: all KV heads of a token
+  const int32_t* table = a.block_table + b * a.max_pages;
+  const uint32_t page_size = static_cast<uint32_t>(a.page_size);
   const uint8_t* k_base = a.k + int64_t{kv} * D * kE;
   const uint8_t* v_base = a.v + int64_t{kv} * D * kE;
 
@@ -207,10 +210,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
     // Lane i finds the cache row of token base + i (-1: past the end or a bad page).
     int row = -1;
     if (lane < kStep && base + lane < t_end) {
-      const int64_t t = base + lane;
-      const int64_t page = a.block_table[b * a.max_pages + t / a.page_size];
+      const uint32_t t = static_cast<uint32_t>(base) + lane;  // lengths are int32, rows fit in int32 (host checks)
+      const int page = table[t / page_size];
       if (page < 0 || page >= a.num_pages) bad = true;
-      else row = static_cast<int>(page * a.page_size + t % a.page_size);
+      else row = page * static_cast<int>(page_size) + static_cast<int>(t % page_size);
     }
 #pragma unroll
     for (int n = 0; n < kNTiles; ++n) {
@@ -218,7 +221,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
 #pragma unroll
       for (int grp = 0; grp < kGroups; ++grp) {
         if (r >= 0) {
-          load_words(k_base + r * row_bytes + (64 * grp + 16 * c) * kE, f.k[n][grp]);
+          load_words(k_base + static_cast<int64_t>(r) * row_bytes + (64 * grp + 16 * c) * kE, f.k[n][grp]);
         } else {
 #pragma unroll
           for (int w = 0; w < kKWords; ++w) f.k[n][grp][w] = 0;
@@ -231,7 +234,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
       for (int i = 0; i < 4; ++i) {
         const int r = __shfl_sync(0xFFFFFFFFu, row, 16 * s + 2 * c + (i & 1) + (i & 2) * 4);
         if (r >= 0) {  // tokens past the end must be zero, not stale: P = 0 times NaN is NaN
-          load_words(v_base + r * row_bytes + g * (D / 8) * kE, f.v[s][i]);
+          load_words(v_base + static_cast<int64_t>(r) * row_bytes + g * (D / 8) * kE, f.v[s][i]);
         } else {
 #pragma unroll
           for (int w = 0; w < kVWords; ++w) f.v[s][i][w] = 0;
@@ -297,11 +300,13 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs a) {
       }
 
     // O^T += V^T P^T: this thread's accumulators belong to heads 2c and 2c + 1.
-    const float alpha0 = __shfl_sync(0xFFFFFFFFu, alpha, 8 * c), alpha1 = __shfl_sync(0xFFFFFFFFu, alpha, 8 * c + 4);
+    if (__any_sync(0xFFFFFFFFu, alpha != 1.0f)) {  // most steps keep the max
+      const float alpha0 = __shfl_sync(0xFFFFFFFFu, alpha, 8 * c), alpha1 = __shfl_sync(0xFFFFFFFFu, alpha, 8 * c + 4);
 #pragma unroll
-    for (int i = 0; i < kMTiles; ++i) {
-      acc[i][0] *= alpha0, acc[i][2] *= alpha0;
-      acc[i][1] *= alpha1, acc[i][3] *= alpha1;
+      for (int i = 0; i < kMTiles; ++i) {
+        acc[i][0] *= alpha0, acc[i][2] *= alpha0;
+        acc[i][1] *= alpha1, acc[i][3] *= alpha1;
+      }
     }
 #pragma unroll
     for (int s = 0; s < kKSteps; ++s) {
@@ -404,12 +409,13 @@ cudaError_t launch_typed(const DecodeArgs& a, int64_t batch, int64_t head_dim, c
   const dim3 merge_grid(static_cast<unsigned>(batch * a.q_heads));
   auto run = [&](auto dim) -> cudaError_t {
     constexpr int D = decltype(dim)::value;
-    static const bool prefetch = [] {  // tuning switch, read once (FP8EXT_DECODE_PREFETCH=0: off)
-      const char* e = std::getenv("FP8EXT_DECODE_PREFETCH");
-      return !(e && e[0] == '0');
+    static const int variant = [] {  // tuning switch, read once
+      const char* e = std::getenv("FP8EXT_DECODE_VARIANT");
+      return e ? std::atoi(e) : 0;
     }();
-    cudaError_t err = prefetch ? launch(decode_kernel<Q, C, D, true>, grid, dim3(kThreads), stream, a)
-                               : launch(decode_kernel<Q, C, D, false>, grid, dim3(kThreads), stream, a);
+    cudaError_t err = variant == 1   ? launch(decode_kernel<Q, C, D, 1>, grid, dim3(kThreads), stream, a)
+                      : variant == 2 ? launch(decode_kernel<Q, C, D, 2>, grid, dim3(kThreads), stream, a)
+                                     : launch(decode_kernel<Q, C, D, 0>, grid, dim3(kThreads), stream, a);
     if (err == cudaSuccess && a.num_splits > 1)
       err = launch(merge_kernel<Q, D>, merge_grid, dim3(kThreads), stream, a);
     return err;

@@ -52,12 +52,13 @@ def capacity_tokens(memory_bytes: int, num_layers: int, num_kv_heads: int, head_
 BLOCKS_PER_SM = 2
 
 
-def plan_splits(batch: int, num_kv_heads: int, max_len: int, num_sms: int = 132) -> int:
+def plan_splits(batch: int, num_kv_heads: int, max_len: int, num_sms: int = 132,
+                blocks_per_sm: int = BLOCKS_PER_SM) -> int:
     """KV splits per sequence for the decode kernel. The (batch x heads x
-    splits) blocks run in waves of BLOCKS_PER_SM x num_sms; the time is about
+    splits) blocks run in waves of blocks_per_sm x num_sms; the time is about
     waves / splits, so this takes the fewest splits within 5% of the best,
     none shorter than MIN_TOKENS_PER_SPLIT tokens."""
-    items, slots = max(1, batch * num_kv_heads), BLOCKS_PER_SM * num_sms
+    items, slots = max(1, batch * num_kv_heads), blocks_per_sm * num_sms
     most = max(1, math.ceil(max_len / MIN_TOKENS_PER_SPLIT))
     cost = {s: math.ceil(items * s / slots) / s for s in range(1, most + 1)}
     best = min(cost.values())
