@@ -16,9 +16,6 @@ import torch
 import torch.nn.functional as F
 
 from fp8ext.kv_cache import plan_splits
-from fp8ext import kv_cache
-
-BLOCKS_PER_SM = int(os.environ.get("FP8EXT_DECODE_BLOCKS_PER_SM", kv_cache.BLOCKS_PER_SM))  # tuning
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import graph_time_ms, print_table, write_results  # noqa: E402
@@ -39,8 +36,7 @@ def paged_inputs(batch, context, page_size, dtype):
 def decode_row(batch, context, page_size):
     q = torch.randn(batch, Q_HEADS, DIM, device="cuda", dtype=torch.bfloat16)
     scale = torch.ones((), device="cuda")
-    splits = plan_splits(batch, KV_HEADS, context, torch.cuda.get_device_properties(0).multi_processor_count,
-                         BLOCKS_PER_SM)
+    splits = plan_splits(batch, KV_HEADS, context, torch.cuda.get_device_properties(0).multi_processor_count)
     row = {"op": "paged_decode", "batch": batch, "context": context, "page_size": page_size, "num_splits": splits}
     kv_elems = 2 * batch * context * KV_HEADS * DIM
     for name, dtype in (("fp8", torch.float8_e4m3fn), ("bf16", torch.bfloat16)):

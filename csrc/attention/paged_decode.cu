@@ -21,7 +21,6 @@
 #include <cuda_fp8.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <type_traits>
 
 #include "../quant/quant_common.cuh"
@@ -137,9 +136,17 @@ __device__ __forceinline__ void load_words(const uint8_t* p, uint32_t (&w)[Words
 // O^T = V^T P^T: m = head dim, n = query head, k = token. Thread (g, c) holds
 // elements [g D/8, (g+1) D/8) of tokens 2c, 2c+1, 2c+8, 2c+9; m-tile i takes
 // elements 2i (row g) and 2i + 1 (row g + 8) of that slice.
-template <typename Q, CacheDType C, int D, int kVariant>
-__global__ void __launch_bounds__(kThreads, kVariant == 2 ? 3 : 1) decode_kernel(DecodeArgs a) {
-  constexpr bool kPrefetch = kVariant == 1;
+// Blocks per SM the register budget is cut for: three where a step's tiles are
+// small (H200, 2026-11-29, E4M3, 32/8 heads: 3.4 TB/s at 8 x 32768 tokens and
+// 3.0 at 1 x 131072, against 3.1 and 2.8 with two blocks of 190 registers;
+// prefetching the next step into registers instead, at 255, gave 2.2 and 2.0).
+// plan_splits (python/fp8ext/kv_cache.py) assumes it.
+constexpr int decode_min_blocks(CacheDType c, int d) {
+  return d * ((c == CacheDType::kE4M3 || c == CacheDType::kE5M2) ? 1 : 2) <= 128 ? 3 : 1;
+}
+
+template <typename Q, CacheDType C, int D>
+__global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kernel(DecodeArgs a) {
   begin_dependent_kernel();
   using M = MmaOf<C>;
   constexpr int kE = M::kBytes;
@@ -151,7 +158,6 @@ __global__ void __launch_bounds__(kThreads, kVariant == 2 ? 3 : 1) decode_kernel
   constexpr int kVWords = D / 8 * kE / 4;          // words of one thread's V slice per token
   constexpr int kMTiles = D / 16;                  // O^T tiles
   static_assert(D % 64 == 0 && kStep <= 32, "head_dim 64, 128 or 256");
-  constexpr bool kPipelined = kPrefetch && D * kE <= 128;  // two steps of registers fit below 256
 
   __shared__ float o_s[kWarps][kMaxHeads][D];
   __shared__ float m_s[kWarps][kMaxHeads], l_s[kWarps][kMaxHeads];
@@ -200,8 +206,7 @@ __global__ void __launch_bounds__(kThreads, kVariant == 2 ? 3 : 1) decode_kernel
   const uint8_t* k_base = a.k + int64_t{kv} * D * kE;
   const uint8_t* v_base = a.v + int64_t{kv} * D * kE;
 
-  // One step's K and V fragments; the next step's loads are in flight while
-  // this one is computed.
+  // One step's K and V fragments, loaded straight from the pages into registers.
   struct Tiles {
     uint32_t k[kNTiles][kGroups][kKWords];
     uint32_t v[kKSteps][4][kVWords];  // tokens 2c, 2c+1, 2c+8, 2c+9 of each k-step
@@ -246,8 +251,6 @@ __global__ void __launch_bounds__(kThreads, kVariant == 2 ? 3 : 1) decode_kernel
   Tiles cur;
   fetch(t_begin + int64_t{warp} * kStep, cur);
   for (int64_t base = t_begin + int64_t{warp} * kStep; base < t_end; base += stride) {
-    Tiles next;
-    if constexpr (kPipelined) fetch(base + stride, next);
     const auto& kw = cur.k;
     const auto& vw = cur.v;
 
@@ -329,8 +332,7 @@ __global__ void __launch_bounds__(kThreads, kVariant == 2 ? 3 : 1) decode_kernel
         mma16816<M::kBf16>(acc[i], a0, a1, a2, a3, b0, b1);
       }
     }
-    if constexpr (kPipelined) cur = next;
-    else fetch(base + stride, cur);
+    fetch(base + stride, cur);
   }
 
   // Merge the warps: each leaves (max, sum) per head and its unnormalized O.
@@ -409,13 +411,7 @@ cudaError_t launch_typed(const DecodeArgs& a, int64_t batch, int64_t head_dim, c
   const dim3 merge_grid(static_cast<unsigned>(batch * a.q_heads));
   auto run = [&](auto dim) -> cudaError_t {
     constexpr int D = decltype(dim)::value;
-    static const int variant = [] {  // tuning switch, read once
-      const char* e = std::getenv("FP8EXT_DECODE_VARIANT");
-      return e ? std::atoi(e) : 0;
-    }();
-    cudaError_t err = variant == 1   ? launch(decode_kernel<Q, C, D, 1>, grid, dim3(kThreads), stream, a)
-                      : variant == 2 ? launch(decode_kernel<Q, C, D, 2>, grid, dim3(kThreads), stream, a)
-                                     : launch(decode_kernel<Q, C, D, 0>, grid, dim3(kThreads), stream, a);
+    cudaError_t err = launch(decode_kernel<Q, C, D>, grid, dim3(kThreads), stream, a);
     if (err == cudaSuccess && a.num_splits > 1)
       err = launch(merge_kernel<Q, D>, merge_grid, dim3(kThreads), stream, a);
     return err;
@@ -456,7 +452,8 @@ cudaError_t paged_decode_attention(const DecodeProblem& p, void* workspace, cuda
   const int group = static_cast<int>(p.num_q_heads / kv_heads);
   const int head_blocks = (group + kMaxHeads - 1) / kMaxHeads;
   if (kv_heads * head_blocks > 65535) return cudaErrorInvalidValue;
-  if (p.k.num_pages * p.k.page_size > INT32_MAX) return cudaErrorInvalidValue;  // cache rows are int32 in the kernel
+  if (p.k.num_pages * p.k.page_size > INT32_MAX || kv_heads * dim * 2 > INT32_MAX)
+    return cudaErrorInvalidValue;  // cache rows and row bytes are int32 in the kernel
   float* part_out = static_cast<float*>(workspace);
   float* part_lse = part_out ? part_out + p.batch * p.num_q_heads * p.num_splits * dim : nullptr;
   if (p.num_splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
