@@ -282,7 +282,7 @@ def test_bad_input_raises_clear_errors():
     with pytest.raises(ValueError, match="k_scale must hold one value or one per KV head"):
         ops.paged_decode_attention(**args(k_scale=torch.ones(3)))
     with pytest.raises(TypeError, match="k_cache must be float8_e4m3fn"):
-        ops.paged_decode_attention(**args(k_cache=cache.k[0].float(), v_cache=cache.v[0].float()))
+        ops.paged_decode_attention(**args(k_cache=cache.k[0].double(), v_cache=cache.v[0].double()))
     k = torch.randn(2, 2, 64)
     with pytest.raises(ValueError, match="slots outside"):
         cache.write(0, k, k, torch.tensor([0, 8 * 16]))
@@ -293,7 +293,7 @@ def test_bad_input_raises_clear_errors():
     with pytest.raises(ValueError, match="layer must be an int in"):
         cache.write(1, k, k, torch.tensor([0, 1]))
     with pytest.raises(TypeError, match="dtype must be"):
-        PagedKVCache(1, 2, 64, 4, 16, torch.float32)
+        PagedKVCache(1, 2, 64, 4, 16, torch.float64)
     with pytest.raises(ValueError, match="num_tokens must be a non-negative int"):
         cache.append(0, -1)
 

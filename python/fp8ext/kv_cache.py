@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from fp8ext.ops.kv_cache_reference import CACHE_DTYPES
+from fp8ext.ops.kv_cache_reference import CACHE_DTYPES, CPU_CACHE_DTYPES
 
 FP8_CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 # Tokens each split of a sequence should cover at least: fewer and the split's
@@ -85,11 +85,12 @@ class PagedKVCache:
                             ("num_pages", num_pages), ("page_size", page_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if dtype not in CACHE_DTYPES:
-            raise TypeError(f"dtype must be float8_e4m3fn, float8_e5m2, bfloat16 or float16, got {dtype}")
+        self.device = torch.device(device)
+        if dtype not in (CPU_CACHE_DTYPES if self.device.type == "cpu" else CACHE_DTYPES):
+            raise TypeError(f"dtype must be float8_e4m3fn, float8_e5m2, bfloat16 or float16 (float32 on the CPU), "
+                            f"got {dtype} on {self.device.type}")
         self.num_layers, self.num_kv_heads, self.head_dim = num_layers, num_kv_heads, head_dim
         self.num_pages, self.page_size, self.dtype = num_pages, page_size, dtype
-        self.device = torch.device(device)
         self.max_pages_per_seq = max_pages_per_seq or num_pages
         shape = (num_pages, page_size, num_kv_heads, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]

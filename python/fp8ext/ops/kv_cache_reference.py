@@ -20,6 +20,9 @@ from fp8ext._native import INPUT_DTYPES
 from fp8ext.ops.reference import div_f32, saturating_cast
 
 CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.float16)
+# A float32 cache exists for exact CPU runs (the serving engine's float32 mode
+# is checked token for token against Hugging Face); the CUDA kernels refuse it.
+CPU_CACHE_DTYPES = CACHE_DTYPES + (torch.float32,)
 INDEX_DTYPES = (torch.int32, torch.int64)
 
 
@@ -38,8 +41,10 @@ def check_cache(k_cache, v_cache) -> None:
                          f"got {tuple(v_cache.shape)}, {v_cache.dtype}, {v_cache.device}")
     if min(k_cache.shape[1:]) < 1:
         raise ValueError(f"page_size, num_kv_heads and head_dim must be >= 1, got {tuple(k_cache.shape)}")
-    if k_cache.dtype not in CACHE_DTYPES:
-        raise TypeError(f"k_cache must be float8_e4m3fn, float8_e5m2, bfloat16 or float16, got {k_cache.dtype}")
+    allowed = CPU_CACHE_DTYPES if k_cache.device.type == "cpu" else CACHE_DTYPES
+    if k_cache.dtype not in allowed:
+        raise TypeError(f"k_cache must be float8_e4m3fn, float8_e5m2, bfloat16 or float16 (float32 on the CPU), "
+                        f"got {k_cache.dtype} on {k_cache.device.type}")
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("k_cache and v_cache must be contiguous")
 

@@ -1,0 +1,57 @@
+"""The shape of a Llama-style decoder, read from a Hugging Face config or a preset."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    tie_word_embeddings: bool = False
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+                     "head_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim must be even (RoPE rotates pairs), got {self.head_dim}")
+
+    @classmethod
+    def from_hf(cls, hf) -> "LlamaConfig":
+        """From a transformers LlamaConfig. RoPE scaling (Llama 3.1's long-context
+        rule) is not implemented: such configs are refused rather than run wrong."""
+        scaling = getattr(hf, "rope_scaling", None) or {}
+        if scaling and scaling.get("rope_type", scaling.get("type", "default")) != "default":
+            raise ValueError(f"rope_scaling {scaling} is not supported (plain RoPE only)")
+        params = getattr(hf, "rope_parameters", None) or {}
+        if params and params.get("rope_type", "default") != "default":
+            raise ValueError(f"rope_parameters {params} are not supported (plain RoPE only)")
+        theta = params.get("rope_theta", getattr(hf, "rope_theta", 10000.0))
+        heads = hf.num_attention_heads
+        return cls(vocab_size=hf.vocab_size, hidden_size=hf.hidden_size, intermediate_size=hf.intermediate_size,
+                   num_layers=hf.num_hidden_layers, num_heads=heads,
+                   num_kv_heads=getattr(hf, "num_key_value_heads", None) or heads,
+                   head_dim=getattr(hf, "head_dim", None) or hf.hidden_size // heads, rope_theta=float(theta),
+                   rms_norm_eps=float(hf.rms_norm_eps), tie_word_embeddings=bool(hf.tie_word_embeddings))
+
+    @classmethod
+    def llama3_8b(cls, num_layers: int = 32) -> "LlamaConfig":
+        """Llama-3.1-8B's shapes (for speed runs with random weights)."""
+        return cls(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=num_layers,
+                   num_heads=32, num_kv_heads=8, head_dim=128, rope_theta=500000.0, rms_norm_eps=1e-5)
+
+    @property
+    def qkv_sizes(self) -> tuple:
+        return (self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim, self.num_kv_heads * self.head_dim)

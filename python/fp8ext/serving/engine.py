@@ -1,0 +1,190 @@
+"""Continuous batching over a LlamaModel and a PagedKVCache, greedy sampling.
+
+Each step either admits waiting requests (as many as the batch limit and the
+free pages allow) and prefills them together, which gives each its first
+token, or runs one decode step over every running sequence. Finished
+sequences leave at once and their pages go back to the pool; a running
+sequence that finds no page for its next token preempts the newest other
+sequence, which goes back to the head of the queue to be recomputed. On CUDA
+the decode step runs as a CUDA graph captured once per batch-size bucket
+(rows past the live batch have length 0 and slot -1, so they read and write
+nothing).
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+from dataclasses import dataclass, field
+
+import torch
+
+from fp8ext.kv_cache import DecodePlan, PagedKVCache, plan_splits
+from fp8ext.serving.model import LlamaModel
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass
+class Request:
+    id: int
+    prompt: list
+    max_new_tokens: int
+    eos_token_id: int | None = None
+    output: list = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        return len(self.output) >= self.max_new_tokens or (
+            self.eos_token_id is not None and bool(self.output) and self.output[-1] == self.eos_token_id)
+
+
+class _Graph:
+    """A decode step captured for a fixed batch size: static inputs refilled before each replay."""
+
+    def __init__(self, model: LlamaModel, cache: PagedKVCache, batch: int):
+        dev = model.device
+        self.tokens = torch.zeros(batch, dtype=torch.long, device=dev)
+        self.positions = torch.zeros(batch, dtype=torch.long, device=dev)
+        self.slots = torch.full((batch,), -1, dtype=torch.long, device=dev)
+        splits = plan_splits(batch, cache.num_kv_heads, cache.max_pages_per_seq * cache.page_size,
+                             torch.cuda.get_device_properties(dev).multi_processor_count)
+        self.plan = DecodePlan([], torch.zeros(batch, cache.max_pages_per_seq, dtype=torch.int32, device=dev),
+                               torch.zeros(batch, dtype=torch.int32, device=dev), splits)
+        run = lambda: model.decode(self.tokens, self.positions, self.slots, self.plan, cache)  # noqa: E731
+        stream = torch.cuda.Stream(dev)
+        stream.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(stream):
+            run()  # warm-up outside the capture (lazy initialisation, autotuning)
+        torch.cuda.current_stream(dev).wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.logits = run()
+
+    def __call__(self, tokens, positions, slots, plan: DecodePlan) -> torch.Tensor:
+        n, width = plan.block_table.shape
+        self.tokens[:n].copy_(tokens)
+        self.positions[:n].copy_(positions)
+        self.slots.fill_(-1)
+        self.slots[:n].copy_(slots)
+        self.plan.block_table.zero_()
+        self.plan.block_table[:n, :width].copy_(plan.block_table)
+        self.plan.seq_lens.zero_()
+        self.plan.seq_lens[:n].copy_(plan.seq_lens)
+        self.graph.replay()
+        return self.logits[:n]
+
+
+class Engine:
+    def __init__(self, model: LlamaModel, cache: PagedKVCache, max_batch: int = 256, cuda_graphs: bool | None = None):
+        if cache.num_layers != model.cfg.num_layers or cache.num_kv_heads != model.cfg.num_kv_heads or \
+                cache.head_dim != model.cfg.head_dim:
+            raise ValueError(f"cache ({cache.num_layers} layers, {cache.num_kv_heads} KV heads, head_dim "
+                             f"{cache.head_dim}) does not fit the model ({model.cfg.num_layers}, "
+                             f"{model.cfg.num_kv_heads}, {model.cfg.head_dim})")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be a positive int, got {max_batch!r}")
+        self.model, self.cache, self.max_batch = model, cache, max_batch
+        self.cuda_graphs = model.device.type == "cuda" if cuda_graphs is None else cuda_graphs
+        self.waiting: collections.deque = collections.deque()
+        self.running: list = []
+        self._ids = itertools.count()
+        self._graphs: dict = {}
+
+    def submit(self, prompt, max_new_tokens: int, eos_token_id: int | None = None) -> int:
+        prompt = [int(t) for t in prompt]
+        if not prompt:
+            raise ValueError("prompt must hold at least one token")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+        pages = -(-(len(prompt) + max_new_tokens) // self.cache.page_size)
+        if pages > min(self.cache.num_pages, self.cache.max_pages_per_seq):
+            raise ValueError(f"prompt + max_new_tokens ({len(prompt) + max_new_tokens} tokens) needs {pages} pages, "
+                             f"more than one sequence may hold")
+        req = Request(next(self._ids), prompt, max_new_tokens, eos_token_id)
+        self.waiting.append(req)
+        return req.id
+
+    def step(self) -> list:
+        """Admits and prefills, or decodes once; returns the requests that finished."""
+        admitted = self._admit()
+        if admitted:
+            slots = [s for _, s in admitted]
+            reqs = [r for r, _ in admitted]
+            prompts = [torch.tensor(r.prompt + r.output) for r in reqs]
+            logits = self.model.prefill(prompts, slots, self.cache)
+            self.running += reqs
+            return self._sample(reqs, logits)
+        if self.running:
+            return self._decode()
+        return []
+
+    def run(self) -> dict:
+        """Steps until every submitted request finished; {request id: generated tokens}."""
+        out = {}
+        while self.waiting or self.running:
+            for r in self.step():
+                out[r.id] = r.output
+        return out
+
+    def generate(self, prompts, max_new_tokens: int, eos_token_id: int | None = None) -> list:
+        ids = [self.submit(p, max_new_tokens, eos_token_id) for p in prompts]
+        done = self.run()
+        return [done[i] for i in ids]
+
+    # ---- internals ------------------------------------------------------------
+    def _admit(self) -> list:
+        admitted = []
+        while self.waiting and len(self.running) + len(admitted) < self.max_batch:
+            req = self.waiting[0]
+            try:
+                slots = self.cache.append(req.id, len(req.prompt) + len(req.output))
+            except RuntimeError:  # out of pages: wait for running sequences to finish
+                break
+            admitted.append((self.waiting.popleft(), slots))
+        return admitted
+
+    def _sample(self, reqs, logits) -> list:
+        tokens = logits.float().argmax(-1).tolist()
+        finished = []
+        for r, t in zip(reqs, tokens):
+            r.output.append(t)
+            if r.done:
+                finished.append(r)
+        for r in finished:
+            self.running.remove(r)
+            self.cache.free(r.id)
+        return finished
+
+    def _reserve_next_slots(self) -> list:
+        """One slot per running sequence, preempting the newest others when pages run out."""
+        slots, i = {}, 0
+        while i < len(self.running):
+            r = self.running[i]
+            try:
+                slots[r.id] = self.cache.append(r.id, 1)
+                i += 1
+            except RuntimeError:
+                victim = self.running[-1] if self.running[-1] is not r else None
+                if victim is None:
+                    raise RuntimeError(f"out of KV-cache pages: request {r.id} cannot grow even alone") from None
+                self.running.pop()
+                self.cache.free(victim.id)
+                slots.pop(victim.id, None)
+                self.waiting.appendleft(victim)  # recomputed from its prompt + output when pages free up
+        return [slots[r.id] for r in self.running]
+
+    def _decode(self) -> list:
+        slots = self._reserve_next_slots()
+        reqs = list(self.running)
+        dev = self.model.device
+        tokens = torch.tensor([r.output[-1] for r in reqs], device=dev)
+        positions = torch.tensor([self.cache.length(r.id) - 1 for r in reqs], device=dev)
+        slot_t = torch.cat(slots).to(dev)
+        plan = self.cache.plan([r.id for r in reqs])
+        if self.cuda_graphs:
+            bucket = next((b for b in BUCKETS if b >= len(reqs)), None)
+            if bucket is not None:
+                if bucket not in self._graphs:
+                    self._graphs[bucket] = _Graph(self.model, self.cache, bucket)
+                return self._sample(reqs, self._graphs[bucket](tokens, positions, slot_t, plan))
+        return self._sample(reqs, self.model.decode(tokens, positions, slot_t, plan, self.cache))

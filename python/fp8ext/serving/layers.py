@@ -1,0 +1,80 @@
+"""The decoder's small pieces: RMSNorm, rotary embeddings, and fused projections."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fp8ext.nn.linear import FP8Linear
+from fp8ext.recipes import Recipe
+
+BLOCK = 128  # the block-wise recipe's weight block
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * weight, computed in float32 and rounded to x's dtype before the weight (as Hugging Face's Llama)."""
+
+    def __init__(self, size: int, eps: float, dtype=None, device=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size, dtype=dtype, device=device), requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class Rotary(nn.Module):
+    """Plain RoPE on [tokens, heads, head_dim] at given positions (rotate-half layout)."""
+
+    def __init__(self, head_dim: int, theta: float, device=None):
+        super().__init__()
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
+        self.register_buffer("inv_freq", 1.0 / (theta ** exponents), persistent=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos().to(x.dtype)[:, None, :], emb.sin().to(x.dtype)[:, None, :]
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+
+def fuse_linears(shards, recipe: Recipe | None = None) -> nn.Module:
+    """One projection computing several (q/k/v, gate/up) that read the same input.
+
+    Without a recipe: an nn.Linear over the concatenated weights. With one: an
+    FP8Linear whose shards are quantized on their own, as separate layers (and
+    separate checkpoint tensors) would be, then concatenated: per-channel and
+    128x128 block scales concatenate exactly; per-tensor shards keep their
+    scales as a per-channel vector, so the fused GEMM applies each shard's own
+    scale. Block-wise shards whose row count is not a multiple of 128 would
+    share a block: then the fused weight is quantized as one.
+    """
+    shards = list(shards)
+    if not shards or not all(isinstance(s, nn.Linear) for s in shards):
+        raise TypeError("shards must be a non-empty list of nn.Linear")
+    if len({s.in_features for s in shards}) != 1 or len({s.bias is None for s in shards}) != 1:
+        raise ValueError("shards must share in_features and all have or all lack a bias")
+    w = shards[0].weight
+    fused = nn.Linear(shards[0].in_features, sum(s.out_features for s in shards), bias=shards[0].bias is not None,
+                      device=w.device, dtype=w.dtype)
+    with torch.no_grad():
+        fused.weight.copy_(torch.cat([s.weight for s in shards]))
+        if fused.bias is not None:
+            fused.bias.copy_(torch.cat([s.bias for s in shards]))
+    fused.weight.requires_grad_(False)
+    if recipe is None:
+        return fused
+    layer = FP8Linear.from_linear(fused, recipe)
+    if recipe.weight_granularity == "block" and any(s.out_features % BLOCK for s in shards):
+        return layer
+    parts = [FP8Linear.from_linear(s, recipe) for s in shards]
+    layer.weight.copy_(torch.cat([p.weight for p in parts]))
+    if recipe.weight_granularity == "per_tensor":
+        scale = torch.cat([p.weight_scale.reshape(1).expand(p.out_features) for p in parts])
+    else:
+        scale = torch.cat([p.weight_scale for p in parts])
+    layer.weight_scale = scale.contiguous()
+    return layer

@@ -1,0 +1,205 @@
+"""A Llama-style decoder (RMSNorm, RoPE, GQA attention, SwiGLU MLP) built from
+fp8ext's pieces: fused QKV and gate_up projections (FP8Linear in the FP8
+modes), prefill attention over the prompt that writes K and V into the paged
+cache through the fused write op, and decode attention over the paged cache.
+Embeddings, the LM head and the norms stay in the model's dtype."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fp8ext.kv_cache import DecodePlan, PagedKVCache
+from fp8ext.recipes import Recipe
+from fp8ext.serving.config import LlamaConfig
+from fp8ext.serving.layers import RMSNorm, Rotary, fuse_linears
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig, layer: int, dtype, device):
+        super().__init__()
+        self.cfg, self.layer = cfg, layer
+        self.qkv = nn.Linear(cfg.hidden_size, sum(cfg.qkv_sizes), bias=False, dtype=dtype, device=device)
+        self.o = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False, dtype=dtype, device=device)
+        self.kv_amax = None  # [k amax [H_kv], v amax [H_kv]] while calibrating
+
+    def _project(self, x, positions, rotary):
+        cfg = self.cfg
+        q, k, v = self.qkv(x).split(cfg.qkv_sizes, dim=-1)
+        q = rotary(q.reshape(-1, cfg.num_heads, cfg.head_dim), positions)
+        k = rotary(k.reshape(-1, cfg.num_kv_heads, cfg.head_dim), positions)
+        return q, k, v.reshape(-1, cfg.num_kv_heads, cfg.head_dim)
+
+    def prefill(self, x, positions, slots, lengths, rotary, cache: PagedKVCache):
+        """x [total tokens, hidden]: the prompts packed back to back. Causal
+        attention over each prompt's own (unquantized) K and V; K and V go to the
+        cache through the fused write."""
+        q, k, v = self._project(x, positions, rotary)
+        if self.kv_amax is not None:  # calibration: amax per KV head of what the cache stores
+            self.kv_amax = [torch.maximum(m, t.detach().abs().amax(dim=(0, 2)).float())
+                            for m, t in zip(self.kv_amax, (k, v))]
+        cache.write(self.layer, k, v, slots)
+        outs = []
+        for qs, ks, vs in zip(q.split(lengths), k.split(lengths), v.split(lengths)):
+            o = F.scaled_dot_product_attention(qs.transpose(0, 1)[None], ks.transpose(0, 1)[None],
+                                               vs.transpose(0, 1)[None], is_causal=True, enable_gqa=True)
+            outs.append(o[0].transpose(0, 1).reshape(qs.shape[0], -1))
+        return self.o(torch.cat(outs))
+
+    def decode(self, x, positions, slots, plan: DecodePlan, rotary, cache: PagedKVCache):
+        """x [batch, hidden]: one new token per sequence, written before the attention reads it."""
+        q, k, v = self._project(x, positions, rotary)
+        cache.write(self.layer, k, v, slots)
+        return self.o(cache.attention(self.layer, q, plan).reshape(x.shape[0], -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: LlamaConfig, dtype, device):
+        super().__init__()
+        self.size = cfg.intermediate_size
+        self.gate_up = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False, dtype=dtype, device=device)
+        self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False, dtype=dtype, device=device)
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).split(self.size, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: LlamaConfig, layer: int, dtype, device):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, device)
+        self.attn = Attention(cfg, layer, dtype, device)
+        self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, device)
+        self.mlp = MLP(cfg, dtype, device)
+
+
+class LlamaModel(nn.Module):
+    """Built empty (``LlamaModel(cfg)``), from a Hugging Face model
+    (:meth:`from_hf`) or with random weights (:meth:`random`); :meth:`quantize`
+    turns the decoder's projections into FP8Linear layers."""
+
+    def __init__(self, cfg: LlamaConfig, dtype=torch.bfloat16, device="cpu"):
+        super().__init__()
+        self.cfg, self.dtype = cfg, dtype
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype, device=device)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, dtype, device) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, device)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False, dtype=dtype, device=device)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed.weight
+        self.rotary = Rotary(cfg.head_dim, cfg.rope_theta, device)
+        self.requires_grad_(False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    @classmethod
+    def from_hf(cls, hf_model, dtype=torch.bfloat16, device=None) -> "LlamaModel":
+        """From a transformers LlamaForCausalLM (its weights are copied; q/k/v and gate/up are concatenated)."""
+        cfg = LlamaConfig.from_hf(hf_model.config)
+        sd = hf_model.state_dict()
+        model = cls(cfg, dtype, device or next(hf_model.parameters()).device)
+        with torch.no_grad():
+            model.embed.weight.copy_(sd["model.embed_tokens.weight"])
+            model.norm.weight.copy_(sd["model.norm.weight"])
+            if not cfg.tie_word_embeddings:
+                model.lm_head.weight.copy_(sd["lm_head.weight"])
+            for i, layer in enumerate(model.layers):
+                p = f"model.layers.{i}."
+                layer.attn_norm.weight.copy_(sd[p + "input_layernorm.weight"])
+                layer.mlp_norm.weight.copy_(sd[p + "post_attention_layernorm.weight"])
+                layer.attn.qkv.weight.copy_(torch.cat([sd[p + f"self_attn.{n}_proj.weight"] for n in "qkv"]))
+                layer.attn.o.weight.copy_(sd[p + "self_attn.o_proj.weight"])
+                layer.mlp.gate_up.weight.copy_(torch.cat([sd[p + "mlp.gate_proj.weight"], sd[p + "mlp.up_proj.weight"]]))
+                layer.mlp.down.weight.copy_(sd[p + "mlp.down_proj.weight"])
+        return model
+
+    @classmethod
+    def random(cls, cfg: LlamaConfig, dtype=torch.bfloat16, device="cpu", seed: int = 0) -> "LlamaModel":
+        """Random weights with a realistic scale (speed does not depend on the values)."""
+        model = cls(cfg, dtype, device)
+        gen = torch.Generator(device=device).manual_seed(seed)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    continue
+                p.copy_(torch.randn(p.shape, generator=gen, device=device, dtype=torch.float32).mul_(0.02))
+        return model
+
+    def quantize(self, recipe: Recipe) -> "LlamaModel":
+        """W8A8: every decoder projection becomes an FP8Linear (fused ones with per-shard scales)."""
+        cfg = self.cfg
+        for layer in self.layers:
+            attn, mlp = layer.attn, layer.mlp
+            attn.qkv = fuse_linears(_split(attn.qkv, cfg.qkv_sizes), recipe)
+            attn.o = fuse_linears([attn.o], recipe)
+            mlp.gate_up = fuse_linears(_split(mlp.gate_up, (cfg.intermediate_size,) * 2), recipe)
+            mlp.down = fuse_linears([mlp.down], recipe)
+        return self
+
+    @torch.no_grad()
+    def kv_scales(self, prompts, fmt: str = "e4m3") -> list:
+        """Per layer {"k_scale", "v_scale"} [H_kv] for an FP8 cache: amax of K
+        (after RoPE, as stored) and V over prefills of ``prompts``, divided by the
+        format's largest value. Runs on a throwaway bf16/float32 cache."""
+        from fp8ext.formats import get_format
+        cfg = self.cfg
+        fmax = get_format(fmt).max
+        total = sum(len(p) for p in prompts)
+        scratch = PagedKVCache(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, num_pages=-(-total // 16) + len(prompts),
+                               page_size=16, dtype=torch.float32 if self.device.type == "cpu" else torch.bfloat16,
+                               device=self.device)
+        for layer in self.layers:
+            layer.attn.kv_amax = [torch.zeros(cfg.num_kv_heads, device=self.device) for _ in range(2)]
+        try:
+            slots = [scratch.append(i, len(p)) for i, p in enumerate(prompts)]
+            self.prefill([torch.as_tensor(p) for p in prompts], slots, scratch)
+            amax = [layer.attn.kv_amax for layer in self.layers]
+        finally:
+            for layer in self.layers:
+                layer.attn.kv_amax = None
+        tiny = torch.finfo(torch.float32).tiny
+        return [{"k_scale": (k / fmax).clamp_min(tiny), "v_scale": (v / fmax).clamp_min(tiny)} for k, v in amax]
+
+    def _logits(self, h):
+        return self.lm_head(self.norm(h))
+
+    def _layers(self, h, run_attention):
+        for layer in self.layers:
+            h = h + run_attention(layer.attn, layer.attn_norm(h))
+            h = h + layer.mlp(layer.mlp_norm(h))
+        return h
+
+    @torch.no_grad()
+    def prefill(self, prompts, slots, cache: PagedKVCache) -> torch.Tensor:
+        """prompts: token-id tensors (one per sequence, already given their cache
+        slots by ``cache.append``); returns the logits of each prompt's last token [B, vocab]."""
+        lengths = [int(p.numel()) for p in prompts]
+        tokens = torch.cat([p.reshape(-1) for p in prompts]).to(self.device)
+        positions = torch.cat([torch.arange(n) for n in lengths]).to(self.device)
+        slots = torch.cat([s.reshape(-1) for s in slots]).to(self.device)
+        h = self._layers(self.embed(tokens),
+                         lambda attn, x: attn.prefill(x, positions, slots, lengths, self.rotary, cache))
+        last = torch.tensor(lengths).cumsum(0).to(self.device) - 1
+        return self._logits(h[last])
+
+    @torch.no_grad()
+    def decode(self, tokens, positions, slots, plan: DecodePlan, cache: PagedKVCache) -> torch.Tensor:
+        """One decode step: tokens, positions, slots [B] (device tensors), plan
+        from ``cache.plan``; returns logits [B, vocab]. No host synchronisation:
+        capturable in a CUDA graph."""
+        h = self._layers(self.embed(tokens),
+                         lambda attn, x: attn.decode(x, positions, slots, plan, self.rotary, cache))
+        return self._logits(h)
+
+
+def _split(linear: nn.Linear, sizes) -> list:
+    """A fused nn.Linear back into its shards (views of its weight)."""
+    out = []
+    for w in linear.weight.split(tuple(sizes)):
+        shard = nn.Linear(w.shape[1], w.shape[0], bias=False, device=w.device, dtype=w.dtype)
+        shard.weight = nn.Parameter(w, requires_grad=False)
+        out.append(shard)
+    return out
