@@ -164,10 +164,13 @@ class Engine:
                 slots[r.id] = self.cache.append(r.id, 1)
                 i += 1
             except RuntimeError:
-                victim = self.running[-1] if self.running[-1] is not r else None
-                if victim is None:
+                others = [x for x in self.running if x is not r]
+                if not others:
                     raise RuntimeError(f"out of KV-cache pages: request {r.id} cannot grow even alone") from None
-                self.running.pop()
+                victim = others[-1]  # the newest: running is in admission order
+                at = self.running.index(victim)
+                self.running.pop(at)
+                i -= at < i
                 self.cache.free(victim.id)
                 slots.pop(victim.id, None)
                 self.waiting.appendleft(victim)  # recomputed from its prompt + output when pages free up
