@@ -17,8 +17,13 @@ TINY = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_laye
                    head_dim=16, rope_theta=10000.0)
 
 
-def tiny_model(dtype=torch.float32, device="cpu", seed=0):
-    model = LlamaModel.random(TINY, dtype, device, seed)
+# The CUDA decode kernel takes head_dim 64, 128 or 256.
+TINY_GPU = LlamaConfig(vocab_size=97, hidden_size=256, intermediate_size=384, num_layers=2, num_heads=4,
+                       num_kv_heads=2, head_dim=64)
+
+
+def tiny_model(dtype=torch.float32, device="cpu", seed=0, cfg=TINY):
+    model = LlamaModel.random(cfg, dtype, device, seed)
     with torch.no_grad():  # larger weights than random()'s 0.02, so greedy tokens vary
         for layer in model.layers:
             for p in (layer.attn.qkv.weight, layer.attn.o.weight, layer.mlp.gate_up.weight, layer.mlp.down.weight):
@@ -220,12 +225,34 @@ def test_perplexity_through_the_engine(smollm2):
 @pytest.mark.parametrize("recipe,cache_dtype", [(None, torch.bfloat16), (RowWise(), torch.float8_e4m3fn),
                                                 (CurrentScaling(), torch.float8_e5m2)])
 def test_cuda_graph_decode_matches_eager_on_gpu(recipe, cache_dtype, seed):
-    model = tiny_model(torch.bfloat16, "cuda", seed)
+    from fp8ext.serving.engine import _Graph
+    model = tiny_model(torch.bfloat16, "cuda", seed, TINY_GPU)
     if recipe is not None:
         model.quantize(recipe)
     ps = prompts(5, seed)
-    scales = model.kv_scales(ps, "e4m3" if cache_dtype == torch.float8_e4m3fn else "e5m2") \
-        if cache_dtype != torch.bfloat16 else None
-    eager = Engine(model, make_cache(model, dtype=cache_dtype, scales=scales), cuda_graphs=False).generate(ps, 10)
-    graphed = Engine(model, make_cache(model, dtype=cache_dtype, scales=scales), cuda_graphs=True).generate(ps, 10)
-    assert graphed == eager
+    fmt = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}.get(cache_dtype)
+    scales = model.kv_scales(ps, fmt) if fmt else None
+    cache = make_cache(model, dtype=cache_dtype, scales=scales)
+    slots = [cache.append(i, len(p)) for i, p in enumerate(ps)]
+    tokens = model.prefill([torch.tensor(p) for p in ps], slots, cache).argmax(-1)
+    step_slots = torch.cat([cache.append(i, 1) for i in range(len(ps))])
+    positions = torch.tensor([len(p) for p in ps], device="cuda")
+    plan = cache.plan(range(len(ps)))
+    graph = _Graph(model, cache, 8)  # the bucket above 5: rows 5-7 are padding
+    plan.num_splits = graph.plan.num_splits
+    eager = model.decode(tokens, positions, step_slots, plan, cache).float()
+    graphed = graph(tokens, positions, step_slots, plan).float()
+    assert graphed.shape == eager.shape and torch.isfinite(graphed).all()
+    torch.testing.assert_close(graphed, eager, rtol=2e-2, atol=2e-2 * eager.abs().max().item())
+    # End to end with graphs: every request runs to its length, pages all come back.
+    cache = make_cache(model, dtype=cache_dtype, scales=scales)
+    out = Engine(model, cache, cuda_graphs=True).generate(ps, 10)
+    assert [len(o) for o in out] == [10] * len(ps) and cache.free_pages == cache.num_pages
+
+
+def test_bench_serve_needs_a_gpu_and_says_so(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the benchmark would run")
+    from fp8ext import cli
+    assert cli.main(["bench", "serve", "--quick"]) == 1
+    assert "needs a CUDA GPU" in capsys.readouterr().err

@@ -64,7 +64,22 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_info = sub.add_parser("info", help="build capabilities, GPU, formats and recipes")
     p_info.add_argument("--json", action="store_true", help="print JSON")
+    p_bench = sub.add_parser("bench", help="benchmarks that need a GPU")
+    bench_sub = p_bench.add_subparsers(dest="suite", required=True)
+    p_serve = bench_sub.add_parser("serve", help="serving engine: decode throughput/latency per precision mode")
+    p_serve.add_argument("--out", default="bench-serve", help="folder for serve.json")
+    p_serve.add_argument("--quick", action="store_true", help="batch 1 and 64 at context 4096 only")
+    p_serve.add_argument("--layers", type=int, default=32, help="decoder layers (32: the real depth)")
+    p_serve.add_argument("--budget-gb", type=float, default=80.0, help="memory budget for the max-batch column")
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        from fp8ext.serving import bench
+        try:
+            bench.run(args.out, quick=args.quick, num_layers=args.layers, memory_budget_gb=args.budget_gb)
+        except RuntimeError as e:
+            print(f"fp8ext bench serve: {e}", file=sys.stderr)
+            return 1
+        return 0
     if args.command == "info":
         info = collect_info()
         if args.json:

@@ -8,7 +8,8 @@ sequence that finds no page for its next token preempts the newest other
 sequence, which goes back to the head of the queue to be recomputed. On CUDA
 the decode step runs as a CUDA graph captured once per batch-size bucket
 (rows past the live batch have length 0 and slot -1, so they read and write
-nothing).
+nothing); its block table and KV splits are sized for the cache's
+``max_pages_per_seq``, so give the cache the longest context you serve.
 """
 from __future__ import annotations
 
