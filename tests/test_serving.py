@@ -99,6 +99,36 @@ def test_eos_stops_a_sequence():
     assert got == first[: first.index(stop) + 1]
 
 
+def test_padding_rows_do_not_move_per_tensor_scales(seed):
+    """A CUDA graph pads the batch to its bucket; with per-tensor current
+    scaling the padding must not change the live rows (it did on the H200
+    before the live mask: the padding's hidden states fed the shared amax)."""
+    from fp8ext.kv_cache import DecodePlan
+    model = tiny_model().quantize(CurrentScaling())
+    ps = prompts(3, seed)
+    cache = make_cache(model)
+    slots = [cache.append(i, len(p)) for i, p in enumerate(ps)]
+    tokens = model.prefill([torch.tensor(p) for p in ps], slots, cache).argmax(-1)
+    step_slots = torch.cat([cache.append(i, 1) for i in range(3)])
+    positions = torch.tensor([len(p) for p in ps])
+    plan = cache.plan(range(3))
+    want = model.decode(tokens, positions, step_slots, plan, cache)
+    pad = 5
+    # The padding token whose normalized embedding peaks highest (and is no live
+    # token): it surely sets the first projection's per-tensor amax if it counts.
+    peaks = model.layers[0].attn_norm(model.embed.weight).abs().amax(1)
+    peaks[tokens] = -1
+    filler = int(peaks.argmax())
+    padded = DecodePlan([], torch.cat([plan.block_table, torch.zeros(pad, plan.block_table.shape[1],
+                                                                     dtype=torch.int32)]),
+                        torch.cat([plan.seq_lens, torch.zeros(pad, dtype=torch.int32)]), plan.num_splits)
+    args = (torch.cat([tokens, torch.full((pad,), filler)]), torch.cat([positions, torch.zeros(pad, dtype=torch.long)]),
+            torch.cat([step_slots, torch.full((pad,), -1)]), padded, cache)
+    live = torch.cat([torch.ones(3), torch.zeros(pad)])
+    torch.testing.assert_close(model.decode(*args, live=live)[:3], want, rtol=1e-5, atol=1e-5)
+    assert (model.decode(*args)[:3] - want).abs().max() > 1e-4  # unmasked padding does move the scale
+
+
 def test_bad_requests_and_shapes_raise_clear_errors():
     model = tiny_model()
     engine = Engine(model, make_cache(model, pages=4))

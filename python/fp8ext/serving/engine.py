@@ -7,8 +7,8 @@ sequences leave at once and their pages go back to the pool; a running
 sequence that finds no page for its next token preempts the newest other
 sequence, which goes back to the head of the queue to be recomputed. On CUDA
 the decode step runs as a CUDA graph captured once per batch-size bucket
-(rows past the live batch have length 0 and slot -1, so they read and write
-nothing); its block table and KV splits are sized for the cache's
+(rows past the live batch have length 0, slot -1 and a zero hidden state, so
+they read and write nothing and do not move per-tensor activation scales); its block table and KV splits are sized for the cache's
 ``max_pages_per_seq``, so give the cache the longest context you serve.
 """
 from __future__ import annotations
@@ -47,11 +47,12 @@ class _Graph:
         self.tokens = torch.zeros(batch, dtype=torch.long, device=dev)
         self.positions = torch.zeros(batch, dtype=torch.long, device=dev)
         self.slots = torch.full((batch,), -1, dtype=torch.long, device=dev)
+        self.live = torch.zeros(batch, dtype=model.dtype, device=dev)
         splits = plan_splits(batch, cache.num_kv_heads, cache.max_pages_per_seq * cache.page_size,
                              torch.cuda.get_device_properties(dev).multi_processor_count)
         self.plan = DecodePlan([], torch.zeros(batch, cache.max_pages_per_seq, dtype=torch.int32, device=dev),
                                torch.zeros(batch, dtype=torch.int32, device=dev), splits)
-        run = lambda: model.decode(self.tokens, self.positions, self.slots, self.plan, cache)  # noqa: E731
+        run = lambda: model.decode(self.tokens, self.positions, self.slots, self.plan, cache, self.live)  # noqa: E731
         stream = torch.cuda.Stream(dev)
         stream.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(stream):
@@ -67,6 +68,8 @@ class _Graph:
         self.positions[:n].copy_(positions)
         self.slots.fill_(-1)
         self.slots[:n].copy_(slots)
+        self.live.zero_()
+        self.live[:n] = 1
         self.plan.block_table.zero_()
         self.plan.block_table[:n, :width].copy_(plan.block_table)
         self.plan.seq_lens.zero_()

@@ -186,12 +186,17 @@ class LlamaModel(nn.Module):
         return self._logits(h[last])
 
     @torch.no_grad()
-    def decode(self, tokens, positions, slots, plan: DecodePlan, cache: PagedKVCache) -> torch.Tensor:
+    def decode(self, tokens, positions, slots, plan: DecodePlan, cache: PagedKVCache, live=None) -> torch.Tensor:
         """One decode step: tokens, positions, slots [B] (device tensors), plan
         from ``cache.plan``; returns logits [B, vocab]. No host synchronisation:
-        capturable in a CUDA graph."""
-        h = self._layers(self.embed(tokens),
-                         lambda attn, x: attn.decode(x, positions, slots, plan, self.rotary, cache))
+        capturable in a CUDA graph. ``live`` [B] (1 for real rows, 0 for a
+        graph's padding rows) zeroes the padding rows' hidden states, which then
+        stay zero through every layer and so cannot move a per-tensor
+        activation scale that the live rows share."""
+        h = self.embed(tokens)
+        if live is not None:
+            h = h * live[:, None]
+        h = self._layers(h, lambda attn, x: attn.decode(x, positions, slots, plan, self.rotary, cache))
         return self._logits(h)
 
 
