@@ -1,0 +1,66 @@
+"""Tensor-parallel FP8Linear on 2 CPU processes (gloo, through the CPU
+reference): a column-parallel layer feeding a row-parallel one, as in a
+Megatron MLP, against the same unsharded FP8 layers."""
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from fp8ext import parallel
+from fp8ext.nn.linear import FP8Linear
+from fp8ext.recipes import BlockWise, CurrentScaling, DelayedScaling, PerTensorStatic, RowWise
+
+RECIPES = {"per_tensor": CurrentScaling(), "row": RowWise(), "block": BlockWise(), "static": PerTensorStatic()}
+
+
+def _layers(recipe, seed):
+    torch.manual_seed(seed)
+    up = FP8Linear.from_linear(nn.Linear(192, 512, bias=True), recipe)
+    down = FP8Linear.from_linear(nn.Linear(512, 160, bias=True), recipe)
+    if recipe.activation_mode == "static":
+        up.input_scale.fill_(0.02)
+        down.input_scale.fill_(0.01)
+    x = torch.randn(7, 192)  # float32 in and out: the check below can see a single changed code
+    x[3, 5] = 40.0  # an outlier on one rank's slice only, for the row layer's shared amax
+    return up, down, x
+
+
+def _worker(rank, world, init_file, seed):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        for name, recipe in RECIPES.items():
+            up, down, x = _layers(recipe, seed)
+            want = down(torch.relu(up(x)))
+            col = parallel.shard(up, "column")
+            row = parallel.shard(down, "row")
+            h = torch.relu(col(x))  # this rank's 256 of the 512 hidden features
+            assert h.shape == (7, 512 // world)
+            got = row(h)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            err = ((got.float() - want.float()).norm() / want.float().norm()).item()
+            assert err < 1e-5, (name, err)  # the same codes and scales; only the summation order differs
+            gathered = parallel.shard(up, "column", gather_output=True)(x)
+            torch.testing.assert_close(gathered, up(x), rtol=0, atol=0)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_column_then_row_parallel_matches_the_unsharded_layers(seed):
+    with tempfile.TemporaryDirectory() as d:
+        mp.spawn(_worker, args=(2, os.path.join(d, "rendezvous"), seed), nprocs=2, join=True)
+
+
+def test_sharding_refuses_what_it_cannot_do_exactly():
+    layer = FP8Linear.from_linear(nn.Linear(256, 256), CurrentScaling())
+    with pytest.raises(RuntimeError, match="torch.distributed must be initialized"):
+        parallel.shard(layer, "column")
+    with pytest.raises(ValueError, match="delayed scaling is not supported"):
+        parallel.shard(FP8Linear.from_linear(nn.Linear(256, 256), DelayedScaling()), "row")
+    with pytest.raises(ValueError, match="style must be one of"):
+        parallel.shard(layer, "diagonal")
+    with pytest.raises(TypeError, match="layer must be an FP8Linear or an nn.Linear"):
+        parallel.shard(nn.Conv1d(4, 4, 1), "row")
