@@ -64,3 +64,57 @@ def test_sharding_refuses_what_it_cannot_do_exactly():
         parallel.shard(layer, "diagonal")
     with pytest.raises(TypeError, match="layer must be an FP8Linear or an nn.Linear"):
         parallel.shard(nn.Conv1d(4, 4, 1), "row")
+
+
+# ---- the serving model at TP = 2 --------------------------------------------------
+def _serving_worker(rank, world, init_file, seed):
+    from fp8ext.kv_cache import PagedKVCache
+    from fp8ext.serving import Engine, LlamaConfig, LlamaModel
+    from fp8ext.serving.tensor_parallel import shard_model
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    cfg = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_layers=2, num_heads=4,
+                      num_kv_heads=2, head_dim=16)
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(0, 97, (n,), generator=g).tolist() for n in (5, 17, 33)]
+
+    def build(recipe):
+        model = LlamaModel.random(cfg, torch.float32, "cpu", seed)
+        with torch.no_grad():  # larger weights than random()'s, so greedy tokens vary
+            for p in model.parameters():
+                p.mul_(8)
+        return model.quantize(recipe) if recipe is not None else model
+
+    def run(model, cache_dtype, scales):
+        c = model.cfg
+        cache = PagedKVCache(c.num_layers, c.num_kv_heads, c.head_dim, 32, 16, cache_dtype, scales=scales)
+        slots = [cache.append(i, len(p)) for i, p in enumerate(prompts)]
+        logits = [model.prefill([torch.tensor(p) for p in prompts], slots, cache)]
+        for step in range(3):
+            tokens = logits[-1].argmax(-1)
+            step_slots = torch.cat([cache.append(i, 1) for i in range(len(prompts))])
+            positions = torch.tensor([len(p) + step for p in prompts])
+            logits.append(model.decode(tokens, positions, step_slots, cache.plan(range(len(prompts))), cache))
+        engine_cache = PagedKVCache(c.num_layers, c.num_kv_heads, c.head_dim, 32, 16, cache_dtype, scales=scales)
+        return torch.stack(logits), Engine(model, engine_cache).generate(prompts, 8)
+
+    try:
+        for recipe, cache_dtype in ((None, torch.float32), (CurrentScaling(), torch.float32),
+                                    (RowWise(), torch.float8_e4m3fn)):
+            full = build(recipe)
+            scales = full.kv_scales(prompts) if cache_dtype == torch.float8_e4m3fn else None
+            want_logits, want_tokens = run(full, cache_dtype, scales)
+            part = shard_model(build(recipe))
+            assert part.cfg.num_kv_heads == 1 and part.cfg.num_heads == 2
+            local_scales = None if scales is None else [
+                {k: v[rank:rank + 1] for k, v in entry.items()} for entry in scales]  # this rank's KV head
+            got_logits, got_tokens = run(part, cache_dtype, local_scales)
+            err = ((got_logits - want_logits).norm() / want_logits.norm()).item()
+            assert err < 1e-5, (recipe, cache_dtype, err)
+            assert got_tokens == want_tokens, (recipe, cache_dtype)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_serving_model_at_tp2_matches_tp1(seed):
+    with tempfile.TemporaryDirectory() as d:
+        mp.spawn(_serving_worker, args=(2, os.path.join(d, "rendezvous"), seed), nprocs=2, join=True)

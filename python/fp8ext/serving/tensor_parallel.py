@@ -1,0 +1,40 @@
+"""The serving model across GPUs: Megatron-style tensor parallelism with
+fp8ext.parallel's shards. Each rank keeps 1/world of the query and KV heads
+(the fused QKV projection is split per part, column-parallel; the output
+projection row-parallel) and 1/world of the MLP's intermediate features
+(gate_up column-parallel, down row-parallel), so a decoder layer costs two
+all-reduces. Embeddings, norms and the LM head stay whole on every rank.
+Each rank runs its own Engine and PagedKVCache (its KV heads only) over the
+same request stream: the schedule is deterministic, so the collectives line
+up, and every rank samples the same tokens from identical logits."""
+from __future__ import annotations
+
+import dataclasses
+
+import torch.distributed as dist
+
+from fp8ext import parallel
+from fp8ext.serving.model import LlamaModel
+
+
+def shard_model(model: LlamaModel, group=None) -> LlamaModel:
+    """Turns ``model`` (quantized or not) into this rank's shard, in place."""
+    if not dist.is_initialized():
+        raise RuntimeError("torch.distributed must be initialized (dist.init_process_group) first")
+    world = dist.get_world_size(group)
+    cfg = model.cfg
+    for name in ("num_heads", "num_kv_heads", "intermediate_size"):
+        if getattr(cfg, name) % world:
+            raise ValueError(f"{name} ({getattr(cfg, name)}) must divide by the {world} ranks")
+    local = dataclasses.replace(cfg, num_heads=cfg.num_heads // world, num_kv_heads=cfg.num_kv_heads // world,
+                                intermediate_size=cfg.intermediate_size // world)
+    for layer in model.layers:
+        attn, mlp = layer.attn, layer.mlp
+        attn.qkv = parallel.shard(attn.qkv, "column", group, parts=cfg.qkv_sizes)
+        attn.o = parallel.shard(attn.o, "row", group)
+        attn.cfg = local
+        mlp.gate_up = parallel.shard(mlp.gate_up, "column", group, parts=(cfg.intermediate_size,) * 2)
+        mlp.down = parallel.shard(mlp.down, "row", group)
+        mlp.size = local.intermediate_size
+    model.cfg = local
+    return model
