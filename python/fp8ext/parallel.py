@@ -34,7 +34,7 @@ from torch import nn
 
 from fp8ext import gemm
 from fp8ext.nn.linear import K_ALIGN, FP8Linear
-from fp8ext.ops.reference import div_f32, saturating_cast, scale_from_amax
+from fp8ext.ops.reference import amax_finite, div_f32, saturating_cast, scale_from_amax
 
 BLOCK = 128
 STYLES = ("column", "row")
@@ -131,7 +131,7 @@ class TensorParallelFP8Linear(nn.Module):
         dtype = recipe.activation_format.torch_dtype
         granularity = recipe.activation_granularity
         if recipe.activation_mode == "current" and granularity in ("per_tensor", "per_token"):
-            amax = x2.abs().float().amax(dim=1 if granularity == "per_token" else None)
+            amax = amax_finite(x2, dim=1 if granularity == "per_token" else None)  # as the quantize ops
             dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=self.group)
             s = scale_from_amax(amax, dtype, recipe.margin, recipe.power_of_two_scales)
             codes = saturating_cast(div_f32(x2.float(), s.reshape(-1, 1) if s.dim() else s), dtype)

@@ -34,8 +34,9 @@ def amax_finite(x: torch.Tensor, dim=None) -> torch.Tensor:
 
 def scale_from_amax(amax: torch.Tensor, dtype: torch.dtype, margin: int, power_of_two: bool) -> torch.Tensor:
     amax = amax.float()
-    scaled = amax * torch.tensor(2.0**margin, dtype=torch.float32, device=amax.device)
-    s = div_f32(scaled, torch.tensor(fp8_max(dtype), dtype=torch.float32, device=amax.device))
+    # torch.full, not torch.tensor: a fill, no host-to-device copy, so CUDA graphs can capture it.
+    scaled = amax * torch.full((), 2.0**margin, dtype=torch.float32, device=amax.device)
+    s = div_f32(scaled, torch.full((), fp8_max(dtype), dtype=torch.float32, device=amax.device))
     s = torch.where(s >= FLT_MIN, s, torch.full_like(s, FLT_MIN))
     s = torch.clamp(s, max=FLT_MAX)
     if power_of_two:
