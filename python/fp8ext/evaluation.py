@@ -36,7 +36,7 @@ def smollm2_dir() -> str:
 def gensim_text(name: str) -> str:
     """A text file of the gensim wheel's test data (lee_background.cor, crime-and-punishment.txt, ...)."""
     path = os.path.join(_package_dir("gensim", "gensim"), "test", "test_data", name)
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:  # pang_lee_polarity.cor has a few cp1252 bytes
         return f.read()
 
 
