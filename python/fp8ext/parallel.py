@@ -34,20 +34,10 @@ from torch import nn
 
 from fp8ext import gemm
 from fp8ext.nn.linear import K_ALIGN, FP8Linear
-from fp8ext.ops.reference import amax_finite, div_f32, saturating_cast, scale_from_amax
+from fp8ext.ops.reference import amax_finite, div_f32, pad_cols, saturating_cast, scale_from_amax
 
 BLOCK = 128
 STYLES = ("column", "row")
-
-
-def _pad_k(codes: torch.Tensor) -> torch.Tensor:
-    k = codes.shape[1]
-    padded = -(-k // K_ALIGN) * K_ALIGN
-    if padded == k:
-        return codes.contiguous()
-    out = torch.zeros(codes.shape[0], padded, dtype=codes.dtype, device=codes.device)
-    out[:, :k] = codes
-    return out
 
 
 def _local_layer(src: FP8Linear, codes, scale, bias, in_features: int, out_features: int) -> FP8Linear:
@@ -55,7 +45,7 @@ def _local_layer(src: FP8Linear, codes, scale, bias, in_features: int, out_featu
     nn.Module.__init__(layer)
     layer.in_features, layer.out_features, layer.recipe, layer._high_precision = \
         in_features, out_features, src.recipe, False
-    layer.register_buffer("weight", _pad_k(codes))
+    layer.register_buffer("weight", pad_cols(codes, K_ALIGN))
     layer.register_buffer("weight_scale", scale.contiguous())
     layer.bias = None if bias is None else nn.Parameter(bias.contiguous(), requires_grad=False)
     for name in ("input_scale", "amax_history"):
@@ -135,7 +125,7 @@ class TensorParallelFP8Linear(nn.Module):
             dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=self.group)
             s = scale_from_amax(amax, dtype, recipe.margin, recipe.power_of_two_scales)
             codes = saturating_cast(div_f32(x2.float(), s.reshape(-1, 1) if s.dim() else s), dtype)
-            y = gemm.scaled_mm(_pad_k(codes), layer.weight, s, layer.weight_scale, out_dtype=torch.float32)
+            y = gemm.scaled_mm(pad_cols(codes, K_ALIGN), layer.weight, s, layer.weight_scale, out_dtype=torch.float32)
         else:  # static (shared scale) or 1x128 groups (local to the shard): the layer's own path
             with_bias, layer.bias = layer.bias, None
             y = layer(x2.float() if x2.dtype != torch.float32 else x2).float()
