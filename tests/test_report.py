@@ -61,3 +61,13 @@ def test_gpu_sections_say_why_they_were_skipped(report):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the sections ran")
     assert md.count("skipped: no CUDA GPU on this machine") == 2
+
+
+def test_only_the_gpu_sections(tmp_path):
+    import torch
+    from fp8ext import cli
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the sections would run")
+    assert cli.main(["report", "--only", "gpu", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "report.md").read_text()
+    assert "## 5. GEMM economics" in md and "## 1." not in md and md.count("skipped: no CUDA GPU") == 2

@@ -74,10 +74,11 @@ def main(argv=None) -> int:
     p_report = sub.add_parser("report", help="the FP8 serving study: Markdown, HTML and plots")
     p_report.add_argument("--out", default="fp8ext-report", help="output folder")
     p_report.add_argument("--quick", action="store_true", help="small slices (about 5 minutes on 2 CPU cores)")
+    p_report.add_argument("--only", choices=("cpu", "gpu"), help="only the model (CPU) or the GPU sections")
     args = parser.parse_args(argv)
     if args.command == "report":
         from fp8ext.report import build_report
-        build_report(args.out, quick=args.quick)
+        build_report(args.out, quick=args.quick, only=args.only)
         return 0
     if args.command == "bench":
         from fp8ext.serving import bench

@@ -38,11 +38,20 @@ def _log(msg: str) -> None:
     print(f"[fp8ext report] {msg}", flush=True)
 
 
-def build_report(out_dir: str = "fp8ext-report", quick: bool = False) -> str:
-    """Writes report.md, report.html and the plots into out_dir; returns the HTML path."""
-    sizes = QUICK if quick else FULL
+def build_report(out_dir: str = "fp8ext-report", quick: bool = False, only: str | None = None) -> str:
+    """Writes report.md, report.html and the plots into out_dir; returns the
+    HTML path. ``only="gpu"`` skips the model sections (the GPU machine lacks
+    the SmolLM2 packages); ``only="cpu"`` skips the GPU ones."""
+    if only not in (None, "cpu", "gpu"):
+        raise ValueError(f"only must be None, 'cpu' or 'gpu', got {only!r}")
     os.makedirs(out_dir, exist_ok=True)
     t0 = time.time()
+    sections = [] if only == "gpu" else _cpu_sections(out_dir, QUICK if quick else FULL)
+    if only != "cpu":
+        return sections
+
+
+def _cpu_sections(out_dir: str, sizes: Sizes) -> list:
     _log("loading SmolLM2-135M (float32) and the texts")
     hf, tok = evaluation.load_smollm2()
     ids = tok(evaluation.lee_background_text(), add_special_tokens=False, return_tensors="pt").input_ids[0]
@@ -105,11 +114,7 @@ def build_report(out_dir: str = "fp8ext-report", quick: bool = False) -> str:
                      "with K and V stored in each format (per-head scales calibrated on that window).",
                      [("KV cache", kv_rows)], ["kv_capacity.png"]))
 
-    sections += _gpu_sections(out_dir, quick)
-    title = f"fp8ext report ({'quick' if quick else 'full'}): FP8 serving study on SmolLM2-135M"
-    _, html_path = render.write(out_dir, title, sections)
-    _log(f"done in {time.time() - t0:.0f} s: {html_path}")
-    return html_path
+    return sections
 
 
 def _progress(items, label):
