@@ -48,7 +48,11 @@ def build_report(out_dir: str = "fp8ext-report", quick: bool = False, only: str 
     t0 = time.time()
     sections = [] if only == "gpu" else _cpu_sections(out_dir, QUICK if quick else FULL)
     if only != "cpu":
-        return sections
+        sections += _gpu_sections(out_dir, quick)
+    title = f"fp8ext report ({'quick' if quick else 'full'}): FP8 serving study on SmolLM2-135M"
+    _, html_path = render.write(out_dir, title, sections)
+    _log(f"done in {time.time() - t0:.0f} s: {html_path}")
+    return html_path
 
 
 def _cpu_sections(out_dir: str, sizes: Sizes) -> list:
