@@ -125,6 +125,15 @@ __device__ __forceinline__ void load_words(const uint8_t* p, uint32_t (&w)[Words
   }
 }
 
+// Blocks per SM the register budget is cut for: three where a step's tiles are
+// small (H200, 2026-11-29, E4M3, 32/8 heads: 3.4 TB/s at 8 x 32768 tokens and
+// 3.0 at 1 x 131072, against 3.1 and 2.8 with two blocks of 190 registers;
+// prefetching the next step into registers instead, at 255, gave 2.2 and 2.0).
+// plan_splits (python/fp8ext/kv_cache.py) assumes it.
+constexpr int decode_min_blocks(CacheDType c, int d) {
+  return d * ((c == CacheDType::kE4M3 || c == CacheDType::kE5M2) ? 1 : 2) <= 128 ? 3 : 1;
+}
+
 // Fragment layout (PTX m16n8k16; g = lane / 4, c = lane % 4):
 //   A 16x16: {a0,a1} (g, 2c..2c+1), {a2,a3} (g+8, 2c..), {a4,a5} (g, 2c+8..), {a6,a7} (g+8, 2c+8..)
 //   B 16x8:  {b0,b1} (k 2c..2c+1, n g), {b2,b3} (k 2c+8.., n g)
@@ -136,15 +145,6 @@ __device__ __forceinline__ void load_words(const uint8_t* p, uint32_t (&w)[Words
 // O^T = V^T P^T: m = head dim, n = query head, k = token. Thread (g, c) holds
 // elements [g D/8, (g+1) D/8) of tokens 2c, 2c+1, 2c+8, 2c+9; m-tile i takes
 // elements 2i (row g) and 2i + 1 (row g + 8) of that slice.
-// Blocks per SM the register budget is cut for: three where a step's tiles are
-// small (H200, 2026-11-29, E4M3, 32/8 heads: 3.4 TB/s at 8 x 32768 tokens and
-// 3.0 at 1 x 131072, against 3.1 and 2.8 with two blocks of 190 registers;
-// prefetching the next step into registers instead, at 255, gave 2.2 and 2.0).
-// plan_splits (python/fp8ext/kv_cache.py) assumes it.
-constexpr int decode_min_blocks(CacheDType c, int d) {
-  return d * ((c == CacheDType::kE4M3 || c == CacheDType::kE5M2) ? 1 : 2) <= 128 ? 3 : 1;
-}
-
 template <typename Q, CacheDType C, int D>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kernel(DecodeArgs a) {
   begin_dependent_kernel();
