@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 
 import torch
 from torch import nn
@@ -73,7 +74,10 @@ def sqnr_per_layer(model: nn.Module, batch: torch.Tensor) -> list:
 
 def converted(model: nn.Module, recipe, calibration=None, **kw) -> nn.Module:
     m = copy.deepcopy(model)
-    convert(m, recipe, **kw)
+    with warnings.catch_warnings():  # static scales are 1.0 only until the calibration just below
+        if calibration is not None:
+            warnings.filterwarnings("ignore", message="static recipe")
+        convert(m, recipe, **kw)
     if calibration is not None:
         fp8ext.calibrate(m, calibration, progress=False)
     return m
