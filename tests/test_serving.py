@@ -134,6 +134,8 @@ def test_bad_requests_and_shapes_raise_clear_errors():
     engine = Engine(model, make_cache(model, pages=4))
     with pytest.raises(ValueError, match="prompt must hold at least one token"):
         engine.submit([], 4)
+    with pytest.raises(ValueError, match=r"prompt token ids must be in \[0, 97\)"):
+        engine.submit([1, 97], 4)
     with pytest.raises(ValueError, match="max_new_tokens must be a positive int"):
         engine.submit([1], 0)
     with pytest.raises(ValueError, match="more than one sequence may hold"):

@@ -98,6 +98,9 @@ class Engine:
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise ValueError("prompt must hold at least one token")
+        vocab = self.model.cfg.vocab_size
+        if not all(0 <= t < vocab for t in prompt):  # on CUDA a bad id would be a device-side assert
+            raise ValueError(f"prompt token ids must be in [0, {vocab}), got {min(prompt)}..{max(prompt)}")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
         pages = -(-(len(prompt) + max_new_tokens) // self.cache.page_size)
