@@ -31,10 +31,14 @@ import torch
 from fp8ext.ops.kv_cache_reference import CACHE_DTYPES, CPU_CACHE_DTYPES
 
 FP8_CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-# Tokens each split of a sequence should cover at least: fewer and the split's
-# fixed costs (its partial output, the merge, a shorter pipeline) outweigh its
-# reads (H200, 256 x 1024 tokens: 2.4 TB/s with two splits of 512, 2.55 with one).
-MIN_TOKENS_PER_SPLIT = 1024
+# No split shorter than this many tokens (one round of the kernel's four warps
+# is 128 tokens).
+MIN_TOKENS_PER_SPLIT = 256
+# A block's fixed cost (its start, the Q load, its partial output and share of
+# the merge) in tokens of work: fitted to the H200 runs of 2026-11-29 (256 x
+# 1024: one split 2.84 TB/s, two 2.4; 64 x 4096: three splits best; 1 x 32768:
+# 48 splits 1.84 TB/s, 31 splits 1.75).
+SPLIT_OVERHEAD_TOKENS = 256
 
 
 def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
@@ -56,14 +60,17 @@ BLOCKS_PER_SM = 3
 def plan_splits(batch: int, num_kv_heads: int, max_len: int, num_sms: int = 132,
                 blocks_per_sm: int = BLOCKS_PER_SM) -> int:
     """KV splits per sequence for the decode kernel. The (batch x heads x
-    splits) blocks run in waves of blocks_per_sm x num_sms; the time is about
-    waves / splits, so this takes the fewest splits within 5% of the best,
-    none shorter than MIN_TOKENS_PER_SPLIT tokens."""
+    splits) blocks run in waves of blocks_per_sm x num_sms, each block costing
+    its share of the tokens plus a fixed SPLIT_OVERHEAD_TOKENS; this takes the
+    split count with the least waves x cost, none shorter than
+    MIN_TOKENS_PER_SPLIT tokens."""
     items, slots = max(1, batch * num_kv_heads), blocks_per_sm * num_sms
     most = max(1, math.ceil(max_len / MIN_TOKENS_PER_SPLIT))
-    cost = {s: math.ceil(items * s / slots) / s for s in range(1, most + 1)}
-    best = min(cost.values())
-    return min(s for s, c in cost.items() if c <= 1.05 * best)
+
+    def cost(s: int) -> float:
+        return math.ceil(items * s / slots) * (max_len / s + SPLIT_OVERHEAD_TOKENS)
+
+    return min(range(1, most + 1), key=cost)  # the first (fewest splits) of equal costs
 
 
 @dataclasses.dataclass
