@@ -25,7 +25,7 @@ def _layers(recipe, seed):
         up.input_scale.fill_(0.02)
         down.input_scale.fill_(0.01)
     x = torch.randn(7, 192)  # float32 in and out: the check below can see a single changed code
-    x[3, 5] = 40.0  # an outlier on one rank's slice only, for the row layer's shared amax
+    x[3, 5] = 40.0  # an outlier: its hidden features land on different ranks' slices
     return up, down, x
 
 
@@ -45,6 +45,9 @@ def _worker(rank, world, init_file, seed):
             assert err < 1e-5, (name, err)  # the same codes and scales; only the summation order differs
             gathered = parallel.shard(up, "column", gather_output=True)(x)
             torch.testing.assert_close(gathered, up(x), rtol=0, atol=0)
+            fused = FP8Linear.from_linear(nn.Linear(192, 768), recipe)  # q, k, v parts of 256 rows
+            gathered = parallel.shard(fused, "column", gather_output=True, parts=(256, 256, 256))(x)
+            torch.testing.assert_close(gathered, fused(x), rtol=0, atol=0)  # part by part, not rank by rank
     finally:
         dist.destroy_process_group()
 

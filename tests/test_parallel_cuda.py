@@ -17,22 +17,36 @@ def _worker(rank, world, seed):
     g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(0, 512, (n,), generator=g).tolist() for n in (5, 40, 130)]
 
-    def run(model, scales, graphs):
+    def cache_for(model, scales):
         c = model.cfg
-        cache = PagedKVCache(c.num_layers, c.num_kv_heads, c.head_dim, 64, 16, torch.float8_e4m3fn, device="cuda",
-                             scales=scales, max_pages_per_seq=16)
-        return Engine(model, cache, cuda_graphs=graphs).generate(prompts, 12)
+        return PagedKVCache(c.num_layers, c.num_kv_heads, c.head_dim, 64, 16, torch.float8_e4m3fn, device="cuda",
+                            scales=scales, max_pages_per_seq=16)
+
+    def teacher_forced(model, scales):
+        """Logits of a prefill and three decode steps fed the same tokens (no free-running divergence)."""
+        cache = cache_for(model, scales)
+        slots = [cache.append(i, len(p)) for i, p in enumerate(prompts)]
+        logits = [model.prefill([torch.tensor(p) for p in prompts], slots, cache).float()]
+        for step in range(3):
+            tokens = torch.tensor([p[step] for p in prompts], device="cuda")  # fixed inputs
+            step_slots = torch.cat([cache.append(i, 1) for i in range(len(prompts))])
+            positions = torch.tensor([len(p) + step for p in prompts], device="cuda")
+            plan = cache.plan(range(len(prompts)))
+            logits.append(model.decode(tokens, positions, step_slots, plan, cache).float())
+        return torch.stack(logits)
 
     full = LlamaModel.random(cfg, torch.bfloat16, "cuda", seed).quantize(RowWise())
     scales = full.kv_scales(prompts)
-    want = run(full, scales, graphs=False)
+    want = teacher_forced(full, scales)
     part = shard_model(LlamaModel.random(cfg, torch.bfloat16, "cuda", seed).quantize(RowWise()))
     local = [{k: v[rank:rank + 1].clone() for k, v in e.items()} for e in scales]
-    for graphs in (False, True):
-        got = run(part, local, graphs)
-        # bf16 partial sums in another order can flip a near-tie: most tokens must agree, the first all.
-        same = sum(a == b for w, o in zip(want, got) for a, b in zip(w, o))
-        assert [o[0] for o in got] == [w[0] for w in want] and same >= 0.9 * 12 * len(prompts), (graphs, got, want)
+    got = teacher_forced(part, local)
+    # The same FP8 codes; bf16 partial sums in another order.
+    assert ((got - want).norm() / want.norm()).item() < 2e-2
+    # End to end with graphs (NCCL inside the capture): every request runs to its length.
+    cache = cache_for(part, local)
+    out = Engine(part, cache, cuda_graphs=True).generate(prompts, 12)
+    assert [len(o) for o in out] == [12] * len(prompts) and cache.free_pages == cache.num_pages
 
 
 def test_serving_model_at_tp2_on_two_gpus(seed):

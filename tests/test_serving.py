@@ -158,6 +158,13 @@ def test_config_presets_and_rope_scaling_refusal():
                                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
     with pytest.raises(ValueError, match="not supported"):
         LlamaConfig.from_hf(hf)
+    small = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=97)
+    with pytest.raises(ValueError, match="attention_bias / mlp_bias are not supported"):
+        LlamaConfig.from_hf(transformers.LlamaConfig(attention_bias=True, **small))
+    with pytest.raises(ValueError, match="hidden_act 'gelu' is not supported"):
+        LlamaConfig.from_hf(transformers.LlamaConfig(hidden_act="gelu", **small))
+    assert LlamaConfig.from_hf(transformers.LlamaConfig(**small)).num_kv_heads == 2
 
 
 @pytest.mark.parametrize("recipe", [CurrentScaling(), RowWise(), BlockWise()], ids=["per_tensor", "row", "block"])

@@ -72,6 +72,7 @@ class TensorParallelFP8Linear(nn.Module):
         world, rank = dist.get_world_size(group), dist.get_rank(group)
         self.world_size, self.rank = world, rank
         n, k = layer.out_features, layer.in_features
+        self.parts = tuple(parts or (n,))
         granularity = layer.recipe.weight_granularity
         codes = layer.weight[:, :k]
         full_bias = None if layer.bias is None else layer.bias.detach()
@@ -95,16 +96,12 @@ class TensorParallelFP8Linear(nn.Module):
             if granularity == "block":
                 scale = scale[:, lo // BLOCK: hi // BLOCK]
             self.local = _local_layer(layer, codes[:, lo:hi], scale, None, hi - lo, n)
-            self.bias = full_bias  # added once, after the sum
+            self.register_buffer("bias", full_bias)  # added once, after the sum
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.style == "column":
             y = self.local(x)
-            if not self.gather_output:
-                return y
-            parts = [torch.empty_like(y) for _ in range(self.world_size)]
-            dist.all_gather(parts, y.contiguous(), group=self.group)
-            return torch.cat(parts, dim=-1)
+            return _gather(y, self.parts, self.world_size, self.group) if self.gather_output else y
         y = self._row_partial(x)
         dist.all_reduce(y, op=dist.ReduceOp.SUM, group=self.group)
         if self.bias is not None:
@@ -131,6 +128,16 @@ class TensorParallelFP8Linear(nn.Module):
             y = layer(x2.float() if x2.dtype != torch.float32 else x2).float()
             layer.bias = with_bias
         return y.reshape(*lead, layer.out_features)
+
+
+def _gather(y: torch.Tensor, parts: tuple, world: int, group) -> torch.Tensor:
+    """The full output from every rank's column shard, part by part: ranks hold
+    [q_r, k_r, v_r], the unsharded layer gives [q_0 .. q_w, k_0 .., v_0 ..]."""
+    pieces = [torch.empty_like(y) for _ in range(world)]
+    dist.all_gather(pieces, y.contiguous(), group=group)
+    local = [p // world for p in parts]
+    split = [piece.split(local, dim=-1) for piece in pieces]
+    return torch.cat([split[r][j] for j in range(len(parts)) for r in range(world)], dim=-1)
 
 
 def _rank_rows(parts, world: int, rank: int, blocks: bool) -> list:
@@ -169,6 +176,7 @@ class TensorParallelLinear(nn.Module):
         world, rank = dist.get_world_size(group), dist.get_rank(group)
         self.world_size = world
         w = layer.weight.detach()
+        self.parts = tuple(parts or (w.shape[0],))
         b = None if layer.bias is None else layer.bias.detach()
         if style == "column":
             rows = _rank_rows(parts or (w.shape[0],), world, rank, False)
@@ -186,11 +194,7 @@ class TensorParallelLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.style == "column":
             y = torch.nn.functional.linear(x, self.weight, self.bias)
-            if not self.gather_output:
-                return y
-            parts = [torch.empty_like(y) for _ in range(self.world_size)]
-            dist.all_gather(parts, y.contiguous(), group=self.group)
-            return torch.cat(parts, dim=-1)
+            return _gather(y, self.parts, self.world_size, self.group) if self.gather_output else y
         y = torch.nn.functional.linear(x, self.weight)
         dist.all_reduce(y, op=dist.ReduceOp.SUM, group=self.group)
         return y if self.bias is None else y + self.bias

@@ -166,10 +166,10 @@ def selective_precision(model, windows, base) -> list:
                                          ("everything in FP8", True, True, True)):
         m = copy.deepcopy(model)
         tied = m.get_output_embeddings().weight is m.get_input_embeddings().weight
+        if tied and lm_head != embed:  # untie, so that only the one named is quantized
+            m.lm_head.weight = nn.Parameter(m.lm_head.weight.detach().clone(), requires_grad=False)
         if embed:
             _fake_quant_(m.get_input_embeddings().weight)
-        if lm_head and tied and not embed:  # untie, so that only the head is quantized
-            m.lm_head.weight = nn.Parameter(m.lm_head.weight.detach().clone(), requires_grad=False)
         convert(m, fp8ext.RowWise(), keep_lm_head=not lm_head)
         if norms:
             for name, mod in m.named_modules():

@@ -38,6 +38,10 @@ class LlamaConfig:
         params = getattr(hf, "rope_parameters", None) or {}
         if params and params.get("rope_type", "default") != "default":
             raise ValueError(f"rope_parameters {params} are not supported (plain RoPE only)")
+        if getattr(hf, "attention_bias", False) or getattr(hf, "mlp_bias", False):
+            raise ValueError("attention_bias / mlp_bias are not supported (the projections have no bias)")
+        if getattr(hf, "hidden_act", "silu") != "silu":
+            raise ValueError(f"hidden_act {hf.hidden_act!r} is not supported (SwiGLU with SiLU only)")
         theta = params.get("rope_theta", getattr(hf, "rope_theta", 10000.0))
         heads = hf.num_attention_heads
         return cls(vocab_size=hf.vocab_size, hidden_size=hf.hidden_size, intermediate_size=hf.intermediate_size,

@@ -171,15 +171,12 @@ class Engine:
                 slots[r.id] = self.cache.append(r.id, 1)
                 i += 1
             except RuntimeError:
-                others = [x for x in self.running if x is not r]
-                if not others:
+                if len(self.running) == 1:
                     raise RuntimeError(f"out of KV-cache pages: request {r.id} cannot grow even alone") from None
-                victim = others[-1]  # the newest: running is in admission order
-                at = self.running.index(victim)
-                self.running.pop(at)
-                i -= at < i
+                # The newest goes back to the queue (running is in admission order, and the newest
+                # has no slot yet this step): r itself when r is the newest, else r retries.
+                victim = self.running.pop()
                 self.cache.free(victim.id)
-                slots.pop(victim.id, None)
                 self.waiting.appendleft(victim)  # recomputed from its prompt + output when pages free up
         return [slots[r.id] for r in self.running]
 

@@ -12,9 +12,12 @@ from fp8ext.serving.model import LlamaModel
 
 
 @torch.no_grad()
-def perplexity(model: LlamaModel, windows: torch.Tensor, cache_dtype=torch.float32, prefix: int = 32,
+def perplexity(model: LlamaModel, windows: torch.Tensor, cache_dtype=None, prefix: int = 32,
                kv_scales=None, page_size: int = 16) -> float:
-    """exp(mean next-token loss) over tokens prefix..W-1 of every window [B, W]."""
+    """exp(mean next-token loss) over tokens prefix..W-1 of every window [B, W]
+    (cache_dtype: float32 on the CPU, bf16 on CUDA unless given)."""
+    if cache_dtype is None:
+        cache_dtype = torch.float32 if model.device.type == "cpu" else torch.bfloat16
     batch, width = windows.shape
     if not 1 <= prefix < width:
         raise ValueError(f"prefix must be in [1, {width}), got {prefix}")
