@@ -105,10 +105,6 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
   }
 }
 
-__device__ __forceinline__ uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t selector) {
-  return __byte_perm(x, y, selector);
-}
-
 // Loads `Words` 32-bit words from a 4*Words-byte aligned address (16-byte loads where they fit).
 template <int Words>
 __device__ __forceinline__ void load_words(const uint8_t* p, uint32_t (&w)[Words]) {
@@ -322,12 +318,12 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
         uint32_t a0, a1, a2, a3;
         if constexpr (kE == 1) {
           const int w = i / 2, sel = (i % 2) ? 0x7362 : 0x5140;
-          lo = byte_perm(vw[s][0][w], vw[s][1][w], sel);
-          hi = byte_perm(vw[s][2][w], vw[s][3][w], sel);
+          lo = __byte_perm(vw[s][0][w], vw[s][1][w], sel);
+          hi = __byte_perm(vw[s][2][w], vw[s][3][w], sel);
           a0 = M::pair(lo), a1 = M::pair(lo >> 16), a2 = M::pair(hi), a3 = M::pair(hi >> 16);
         } else {
-          a0 = byte_perm(vw[s][0][i], vw[s][1][i], 0x5410), a1 = byte_perm(vw[s][0][i], vw[s][1][i], 0x7632);
-          a2 = byte_perm(vw[s][2][i], vw[s][3][i], 0x5410), a3 = byte_perm(vw[s][2][i], vw[s][3][i], 0x7632);
+          a0 = __byte_perm(vw[s][0][i], vw[s][1][i], 0x5410), a1 = __byte_perm(vw[s][0][i], vw[s][1][i], 0x7632);
+          a2 = __byte_perm(vw[s][2][i], vw[s][3][i], 0x5410), a3 = __byte_perm(vw[s][2][i], vw[s][3][i], 0x7632);
         }
         mma16816<M::kBf16>(acc[i], a0, a1, a2, a3, b0, b1);
       }

@@ -7,32 +7,16 @@ import statistics
 import torch
 
 import fp8ext
+from fp8ext.cuda_graphs import capture, replay_times_ms
 
 SHAPES = [(16, 4096, 4096), (128, 4096, 4096), (1024, 4096, 4096), (4096, 4096, 4096), (4096, 14336, 4096)]
 UNALIGNED = [((1024, 4096, 4096), (1000, 4095, 4100))]
 
 
-def _time_ms(fn, repeats: int = 20) -> float:
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    with torch.cuda.graph(graph):
-        for _ in range(10):
-            fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 10)
-    return statistics.median(times)
+def _time_ms(fn, repeats: int = 20, calls: int = 10) -> float:
+    """Median time of one fn() call, `calls` of them captured back to back in a graph."""
+    graph, _ = capture(lambda: [fn() for _ in range(calls)])
+    return statistics.median(replay_times_ms(graph.replay, repeats)) / calls
 
 
 def _operands(m, n, k):

@@ -15,6 +15,7 @@ import statistics
 import torch
 import torch.nn.functional as F
 
+from fp8ext.cuda_graphs import capture, replay_times_ms
 from fp8ext.kv_cache import PagedKVCache, bytes_per_token
 from fp8ext.recipes import RowWise
 from fp8ext.serving.config import LlamaConfig
@@ -29,20 +30,6 @@ MODES = {  # name: (weight recipe or None, KV-cache dtype)
 }
 FULL = dict(batches=(1, 8, 32, 64, 128, 256), contexts=(1024, 4096, 16384, 32768))
 QUICK = dict(batches=(1, 64), contexts=(4096,))
-
-
-def _replay_times_ms(replay, repeats: int) -> list:
-    replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)
 
 
 def _stats(times: list, batch: int) -> dict:
@@ -71,7 +58,7 @@ def engine_decode(model: LlamaModel, dtype, batch: int, context: int, repeats: i
     plan = cache.plan(range(batch))
     tokens = torch.randint(0, cfg.vocab_size, (batch,), device="cuda")
     positions = torch.full((batch,), context, device="cuda")
-    times = _replay_times_ms(lambda: graph(tokens, positions, slots, plan).argmax(-1), repeats)
+    times = replay_times_ms(lambda: graph(tokens, positions, slots, plan).argmax(-1), repeats)
     del graph, cache
     return _stats(times, batch)
 
@@ -100,15 +87,8 @@ def reference_decode(model: LlamaModel, batch: int, context: int, repeats: int) 
             h = h + F.linear(F.silu(gate) * up, layer.mlp.down.weight)
         return F.linear(model.norm(h), model.lm_head.weight).argmax(-1)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    times = _replay_times_ms(graph.replay, repeats)
+    graph, _ = capture(step)
+    times = replay_times_ms(graph.replay, repeats)
     del graph, caches
     return _stats(times, batch)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fp8ext.cuda_graphs import capture
 from fp8ext.kv_cache import DecodePlan, PagedKVCache, plan_splits
 from fp8ext.serving.model import LlamaModel
 
@@ -52,15 +53,8 @@ class _Graph:
                              torch.cuda.get_device_properties(dev).multi_processor_count)
         self.plan = DecodePlan([], torch.zeros(batch, cache.max_pages_per_seq, dtype=torch.int32, device=dev),
                                torch.zeros(batch, dtype=torch.int32, device=dev), splits)
-        run = lambda: model.decode(self.tokens, self.positions, self.slots, self.plan, cache, self.live)  # noqa: E731
-        stream = torch.cuda.Stream(dev)
-        stream.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(stream):
-            run()  # warm-up outside the capture (lazy initialisation, autotuning)
-        torch.cuda.current_stream(dev).wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.logits = run()
+        self.graph, self.logits = capture(
+            lambda: model.decode(self.tokens, self.positions, self.slots, self.plan, cache, self.live), dev)
 
     def __call__(self, tokens, positions, slots, plan: DecodePlan) -> torch.Tensor:
         n, width = plan.block_table.shape

@@ -1,0 +1,35 @@
+"""CUDA-graph capture and replay timing shared by the serving engine, its
+benchmark and the report's GPU sections."""
+from __future__ import annotations
+
+import torch
+
+
+def capture(fn, device=None):
+    """(graph, fn's output): fn runs once on a side stream first (lazy
+    initialisation, allocator warm-up stay out of the graph), then is captured."""
+    current = torch.cuda.current_stream(device)
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(current)
+    with torch.cuda.stream(stream):
+        fn()
+    current.wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
+def replay_times_ms(replay, repeats: int) -> list:
+    """Sorted CUDA-event times of `repeats` calls of replay(), after one untimed call."""
+    replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)
