@@ -17,6 +17,7 @@ from fp8ext import evaluation, formats
 from fp8ext.kv_cache import capacity_tokens
 from fp8ext.nn.convert import convert
 from fp8ext.nn.linear import FP8Linear
+from fp8ext.ops.kv_cache_reference import encode
 from fp8ext.serving import LlamaModel
 from fp8ext.serving.evaluate import perplexity as engine_perplexity
 
@@ -29,11 +30,17 @@ RECIPES = {  # name: recipe (E4M3 unless named)
 }
 
 
+def _round_trip(x: torch.Tensor, fmt, per_row: bool = False) -> torch.Tensor:
+    """x (float32) through the library's own weight quantize and dequantize: one scale per tensor or per row."""
+    recipe = (fp8ext.RowWise if per_row else fp8ext.CurrentScaling)(weight_format=fmt)
+    q, s = fp8ext.quantize(x.detach().float().reshape(-1, x.shape[-1]), recipe, "weight")
+    return fp8ext.dequantize(q, s).reshape(x.shape)
+
+
 def sqnr_db(x: torch.Tensor, fmt) -> float:
     """Signal-to-quantization-noise ratio of x rounded to `fmt` with a per-tensor amax scale, in dB."""
     x = x.detach().float()
-    scale = x.abs().amax().clamp_min(1e-30) / fmt.max
-    err = formats.cast(x / scale, fmt).float() * scale - x
+    err = _round_trip(x, fmt) - x
     return 10 * math.log10(x.pow(2).sum().item() / max(err.pow(2).sum().item(), 1e-30))
 
 
@@ -150,10 +157,7 @@ def layer_sensitivity(model, windows, base, blocks, recipe=None) -> list:
 def _fake_quant_(t: torch.Tensor, fmt=formats.E4M3) -> None:
     """t rounded to FP8 with one scale per row (embeddings) or per tensor (norm weights), in place."""
     with torch.no_grad():
-        x = t.float()
-        amax = x.abs().amax(dim=-1, keepdim=True) if x.dim() > 1 else x.abs().amax()
-        scale = amax.clamp_min(1e-30) / fmt.max
-        t.copy_((formats.cast(x / scale, fmt).float() * scale).to(t.dtype))
+        t.copy_(_round_trip(t, fmt, per_row=t.dim() > 1).to(t.dtype))
 
 
 def selective_precision(model, windows, base) -> list:
@@ -226,12 +230,10 @@ def _attention_error(model, prompt, dtype, scales) -> float:
         q = model.rotary(q.reshape(-1, cfg.num_heads, cfg.head_dim), positions)
         k = model.rotary(k.reshape(-1, cfg.num_kv_heads, cfg.head_dim), positions)
         v = v.reshape(-1, cfg.num_kv_heads, cfg.head_dim)
-        if scales is not None:
-            ks, vs = scales[i]["k_scale"][:, None], scales[i]["v_scale"][:, None]
-            k = formats.cast(k / ks, dtype).float() * ks
-            v = formats.cast(v / vs, dtype).float() * vs
-        else:
-            k, v = k.to(dtype).float(), v.to(dtype).float()
+        ones = torch.ones(cfg.num_kv_heads)
+        ks, vs = (scales[i]["k_scale"], scales[i]["v_scale"]) if scales is not None else (ones, ones)
+        k = encode(k, ks, dtype).float() * ks[:, None]  # what the cache write stores, dequantized
+        v = encode(v, vs, dtype).float() * vs[:, None]
         got = torch.nn.functional.scaled_dot_product_attention(
             q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], is_causal=True,
             enable_gqa=True)[0].transpose(0, 1).reshape(out.shape)
