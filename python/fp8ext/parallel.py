@@ -61,15 +61,11 @@ class TensorParallelFP8Linear(nn.Module):
         super().__init__()
         if not isinstance(layer, FP8Linear):
             raise TypeError(f"layer must be an FP8Linear or an nn.Linear, got {type(layer).__name__}")
-        if style not in STYLES:
-            raise ValueError(f"style must be one of {STYLES}, got {style!r}")
         if layer.recipe.activation_mode == "delayed":
             raise ValueError("delayed scaling is not supported under tensor parallelism (the amax history would "
                              "need an all-reduce inside the quantize op); use current or static scaling")
-        if not dist.is_initialized():
-            raise RuntimeError("torch.distributed must be initialized (dist.init_process_group) first")
+        world, rank = _world_and_rank(style, group)
         self.group, self.style, self.gather_output = group, style, gather_output
-        world, rank = dist.get_world_size(group), dist.get_rank(group)
         self.world_size, self.rank = world, rank
         n, k = layer.out_features, layer.in_features
         self.parts = tuple(parts or (n,))
@@ -77,7 +73,7 @@ class TensorParallelFP8Linear(nn.Module):
         codes = layer.weight[:, :k]
         full_bias = None if layer.bias is None else layer.bias.detach()
         if style == "column":
-            rows = _rank_rows(parts or (n,), world, rank, granularity == "block")
+            rows = _rank_rows(self.parts, world, rank, granularity == "block")
             scale = layer.weight_scale
             if granularity == "per_channel" or scale.dim() == 1 and scale.numel() == n:
                 scale = torch.cat([scale[lo:hi] for lo, hi in rows])
@@ -130,6 +126,14 @@ class TensorParallelFP8Linear(nn.Module):
         return y.reshape(*lead, layer.out_features)
 
 
+def _world_and_rank(style: str, group) -> tuple:
+    if style not in STYLES:
+        raise ValueError(f"style must be one of {STYLES}, got {style!r}")
+    if not dist.is_initialized():
+        raise RuntimeError("torch.distributed must be initialized (dist.init_process_group) first")
+    return dist.get_world_size(group), dist.get_rank(group)
+
+
 def _gather(y: torch.Tensor, parts: tuple, world: int, group) -> torch.Tensor:
     """The full output from every rank's column shard, part by part: ranks hold
     [q_r, k_r, v_r], the unsharded layer gives [q_0 .. q_w, k_0 .., v_0 ..]."""
@@ -168,18 +172,14 @@ class TensorParallelLinear(nn.Module):
 
     def __init__(self, layer: nn.Linear, style: str, group=None, gather_output: bool = False, parts=None):
         super().__init__()
-        if style not in STYLES:
-            raise ValueError(f"style must be one of {STYLES}, got {style!r}")
-        if not dist.is_initialized():
-            raise RuntimeError("torch.distributed must be initialized (dist.init_process_group) first")
+        world, rank = _world_and_rank(style, group)
         self.group, self.style, self.gather_output = group, style, gather_output
-        world, rank = dist.get_world_size(group), dist.get_rank(group)
         self.world_size = world
         w = layer.weight.detach()
         self.parts = tuple(parts or (w.shape[0],))
         b = None if layer.bias is None else layer.bias.detach()
         if style == "column":
-            rows = _rank_rows(parts or (w.shape[0],), world, rank, False)
+            rows = _rank_rows(self.parts, world, rank, False)
             self.weight = nn.Parameter(torch.cat([w[lo:hi] for lo, hi in rows]), requires_grad=False)
             self.bias = None if b is None else nn.Parameter(torch.cat([b[lo:hi] for lo, hi in rows]),
                                                             requires_grad=False)
