@@ -32,3 +32,52 @@ def reference(a, b, sa, sb, bias):
 
 def rel_error(got, ref):
     return ((got.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+# ---- block-wise: 1x128 groups of A, 128x128 blocks of B ---------------------------
+BLOCK = 128
+
+
+def group_scale_storage(values: torch.Tensor) -> torch.Tensor:
+    """[M, G] group scales in fp8ext's layout: M-major, column stride a multiple of 4."""
+    m, g = values.shape
+    storage = torch.zeros(g, -(-max(m, 1) // 4) * 4, device=values.device)
+    storage[:, :m] = values.t()
+    return storage.t()[:m]
+
+
+def block_operands(m, n, k, device, bias_dtype=None, generator=None, m_major=True):
+    groups = -(-k // BLOCK)
+    a = (torch.randn(m, k, generator=generator) * 4).to(F8).to(device)
+    b = (torch.randn(n, k, generator=generator) * 4).to(F8).to(device)
+    sa = (torch.rand(m, groups, generator=generator) * 0.1 + 0.01).to(device)
+    sa = group_scale_storage(sa) if m_major else sa.contiguous()
+    sb = (torch.rand(-(-n // BLOCK), groups, generator=generator) * 0.1 + 0.01).to(device)
+    bias = None if bias_dtype is None else (torch.randn(n, generator=generator) * 2).to(bias_dtype).to(device)
+    return a, b, sa, sb, bias
+
+
+def block_reference(a, b, sa, sb, bias):
+    """float64: every element of A and B times its own group / block scale, then the product."""
+    (m, k), n = a.shape, b.shape[0]
+    a_scale = sa.double().repeat_interleave(BLOCK, dim=1)[:, :k]
+    b_scale = sb.double().repeat_interleave(BLOCK, dim=0).repeat_interleave(BLOCK, dim=1)[:n, :k]
+    d = (a.double() * a_scale) @ (b.double() * b_scale).t()
+    return d + bias.double() if bias is not None else d
+
+
+def outlier_problem(m, n, k, generator, factor=1e5):
+    """Activations and weights with planted outliers: tokens 0-3 of x and output
+    channels 0-3 of w are `factor` times larger. Per-tensor scales then push every
+    other value below E4M3's subnormals; 1x128 groups and 128x128 blocks keep the
+    outliers in their own rows and in the first 128-row block of w."""
+    x = torch.randn(m, k, generator=generator)
+    w = torch.randn(n, k, generator=generator)
+    x[:4] *= factor
+    w[:4] *= factor
+    return x, w
+
+
+def outlier_free(d: torch.Tensor) -> torch.Tensor:
+    """The outputs the outliers do not touch: tokens >= 4, channels past the first block."""
+    return d[4:, BLOCK:]

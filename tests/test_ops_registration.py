@@ -22,6 +22,11 @@ def op_cases(device):
     yield torch.ops.fp8ext.scaled_mm.default, (
         a, b, torch.rand(37, device=device), torch.tensor(0.5, device=device),
         torch.randn(24, device=device, dtype=torch.bfloat16), torch.bfloat16, 0)
+    a = torch.randn(37, 300, device=device).to(F8)  # block-wise: 3 groups of K, 2 blocks of N
+    b = torch.randn(136, 300, device=device).to(F8)
+    yield torch.ops.fp8ext.scaled_mm_blockwise.default, (
+        a, b, torch.rand(3, 40, device=device).t()[:37], torch.rand(2, 3, device=device),
+        torch.randn(136, device=device, dtype=torch.bfloat16), torch.bfloat16, 0)
     # Paged KV cache: pools [pages, page_size, H_kv, D]; a bf16 pool lets test_schema check the write's mutation.
     for cache_dtype in (torch.bfloat16, F8):
         k_cache = torch.zeros(6, 16, 2, 64, device=device, dtype=cache_dtype)

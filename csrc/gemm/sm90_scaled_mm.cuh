@@ -13,24 +13,7 @@
 #include <cstdlib>
 #include <type_traits>
 
-// The GEMMs launch with programmatic dependent launch (fp8ext/cuda_launch.h):
-// this makes CUTLASS's kernels wait for the previous kernel before they read
-// their operands. Without it a PDL launch would race. (CUTLASS 4.2's stream-K
-// scheduler does not compile with it: is_last_tile, a const member, binds a
-// member to a non-const reference.)
-#define CUTLASS_ENABLE_GDC_FOR_SM90 1
-
-#include <cute/tensor.hpp>
-#include <cutlass/cutlass.h>
-#include <cutlass/epilogue/collective/collective_builder.hpp>
-#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
-#include <cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp>
-#include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
-#include <cutlass/gemm/kernel/gemm_universal.hpp>
-#include <cutlass/kernel_hardware_info.h>
-
-#include "fp8ext/cuda_launch.h"
+#include "sm90_gemm_common.cuh"
 #include "scaled_mm_kernels.h"
 
 namespace fp8ext::cuda::gemm {
@@ -122,13 +105,6 @@ template <class Args, class = void>
 struct HasPromotionInterval : std::false_type {};
 template <class Args>
 struct HasPromotionInterval<Args, std::void_t<decltype(Args{}.mma_promotion_interval)>> : std::true_type {};
-
-template <Fp8Format F>
-using Fp8Element = conditional_t<F == Fp8Format::kE4M3, cutlass::float_e4m3_t, cutlass::float_e5m2_t>;
-
-template <DType D>
-using OutElement = conditional_t<D == DType::kBFloat16, cutlass::bfloat16_t,
-                                 conditional_t<D == DType::kFloat16, cutlass::half_t, float>>;
 
 template <class ElementA, class ElementB, class ElementD, class Cfg>
 struct Sm90ScaledMm {
@@ -243,15 +219,6 @@ struct Sm90ScaledMm {
   }
 };
 
-// can_implement / initialize refusals are argument errors; a failed run keeps
-// the CUDA error of its launch.
-inline cudaError_t refusal(cutlass::Status) { return cudaErrorInvalidValue; }
-inline cudaError_t launch_result(cutlass::Status status) {
-  const cudaError_t err = cudaGetLastError();
-  if (status == cutlass::Status::kSuccess) return err;
-  return err != cudaSuccess ? err : cudaErrorLaunchFailure;
-}
-
 template <Fp8Format A, Fp8Format B, DType D, GemmConfig C>
 using Impl = Sm90ScaledMm<Fp8Element<A>, Fp8Element<B>, OutElement<D>, ConfigOf<C>>;
 
@@ -266,13 +233,7 @@ size_t Kernel<A, B, D, C>::workspace_bytes(const ScaledMmProblem& p) {
 template <Fp8Format A, Fp8Format B, DType D, GemmConfig C>
 cudaError_t Kernel<A, B, D, C>::run(const ScaledMmProblem& p, void* workspace, cudaStream_t stream) {
   using Impl = detail::Impl<A, B, D, C>;
-  typename Impl::Gemm gemm;
-  const auto args = Impl::arguments(p);
-  cutlass::Status status = gemm.can_implement(args);
-  if (status != cutlass::Status::kSuccess) return detail::refusal(status);
-  status = gemm.initialize(args, workspace, stream);
-  if (status != cutlass::Status::kSuccess) return detail::refusal(status);
-  return detail::launch_result(gemm.run(stream, nullptr, pdl_enabled()));
+  return detail::run_gemm<typename Impl::Gemm>(Impl::arguments(p), workspace, stream);
 }
 
 }  // namespace fp8ext::cuda::gemm

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "gemm_test_util.h"
 #include "fp8ext/fp8_format.h"
 #include "fp8ext/scaled_mm.h"
 #include "harness.h"
@@ -18,6 +19,10 @@
 using namespace fp8ext;
 using cuda::GemmConfig;
 using test::DeviceBuffer;
+using test::decode_out;
+using test::encode_out;
+using test::random_codes;
+using test::round_to;
 
 namespace {
 
@@ -27,13 +32,6 @@ struct Operands {
   std::vector<float> sa, sb;      // [m] or [1], [n] or [1]
   std::vector<float> bias;        // [n] (as floats; uploaded in D's dtype)
 };
-
-std::vector<uint8_t> random_codes(int64_t count, Fp8Format f, std::mt19937& rng) {
-  std::normal_distribution<float> nd;
-  std::vector<uint8_t> v(count);
-  for (auto& c : v) c = encode_fp8_saturate(nd(rng) * 4.0f, f);
-  return v;
-}
 
 Operands make_operands(int64_t m, int64_t n, int64_t k, Fp8Format fa, Fp8Format fb, bool a_rows, bool b_rows,
                        uint32_t seed) {
@@ -47,52 +45,6 @@ Operands make_operands(int64_t m, int64_t n, int64_t k, Fp8Format fa, Fp8Format 
   for (auto& s : o.sb) s = scale(rng);
   for (auto& b : o.bias) b = bias(rng);
   return o;
-}
-
-// Values as the output dtype would hold them (the reference's bias is rounded the same way).
-float round_to(DType d, float x) {
-  if (d == DType::kFloat32) return x;
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if (d == DType::kBFloat16) {
-    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;  // RNE to bf16 (finite inputs)
-    std::memcpy(&x, &u, 4);
-    return x;
-  }
-  return static_cast<float>(static_cast<double>(x));  // fp16 is not tested here (pytest covers it)
-}
-
-std::vector<uint8_t> encode_out(DType d, const std::vector<float>& v) {
-  const size_t bytes = d == DType::kFloat32 ? 4 : 2;
-  std::vector<uint8_t> out(v.size() * bytes);
-  for (size_t i = 0; i < v.size(); ++i) {
-    const float x = round_to(d, v[i]);
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    if (bytes == 4) std::memcpy(&out[i * 4], &u, 4);
-    else {
-      const uint16_t h = static_cast<uint16_t>(u >> 16);
-      std::memcpy(&out[i * 2], &h, 2);
-    }
-  }
-  return out;
-}
-
-std::vector<double> decode_out(DType d, const std::vector<uint8_t>& raw, int64_t count) {
-  std::vector<double> v(count);
-  for (int64_t i = 0; i < count; ++i) {
-    uint32_t u = 0;
-    if (d == DType::kFloat32) std::memcpy(&u, &raw[i * 4], 4);
-    else {
-      uint16_t h;
-      std::memcpy(&h, &raw[i * 2], 2);
-      u = uint32_t{h} << 16;
-    }
-    float x;
-    std::memcpy(&x, &u, 4);
-    v[i] = x;
-  }
-  return v;
 }
 
 // Runs one problem and returns ||D - ref|| / ||ref|| (Frobenius), ref in float64.

@@ -43,6 +43,12 @@ TORCH_LIBRARY(fp8ext, m) {
   m.def(
       "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, ScalarType out_dtype, "
       "int config, bool use_fast_accum=False) -> Tensor");
+  // Block-wise (DeepSeek-V3): D = sum over 128-wide K blocks of scale_a[m, kb] *
+  // scale_b[n / 128, kb] * (a @ b^T restricted to the block) + bias; scale_a
+  // [M, ceil(K/128)] (1x128 groups), scale_b [ceil(N/128), ceil(K/128)] (128x128 blocks).
+  m.def(
+      "scaled_mm_blockwise(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, "
+      "ScalarType out_dtype, int config) -> Tensor");
   // Paged KV cache (python/fp8ext/kv_cache.py): k, v [T, H_kv, D] stored as
   // cast(x / scale) into [pages, page_size, H_kv, D] pools at slot_mapping
   // (page * page_size + offset; -1 skips a token).

@@ -1,11 +1,11 @@
-"""FP8 GEMM with per-tensor or row-wise scales: :func:`scaled_mm`."""
+"""FP8 GEMM with per-tensor, row-wise or block-wise scales: :func:`scaled_mm`."""
 from __future__ import annotations
 
 import torch
 
 from fp8ext import _native
 from fp8ext.ops import gemm_reference
-from fp8ext.ops.gemm_reference import CONFIGS
+from fp8ext.ops.gemm_reference import BLOCKWISE_CONFIGS, CONFIGS, is_blockwise
 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
@@ -21,14 +21,25 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     ``torch._scaled_mm(use_fast_accum=True)`` and Transformer Engine's forward
     GEMMs), at a somewhat larger error that grows with K.
 
+    **Block-wise** (DeepSeek-V3): when ``scale_b`` is ``[ceil(N/128), ceil(K/128)]``
+    (one value per 128x128 block of the weight), ``scale_a`` must be
+    ``[M, ceil(K/128)]`` (one per 1x128 group of the activation, as
+    :func:`fp8ext.quantize` writes it: M-major) and both operands E4M3. The
+    partial sums of every 128 of K are multiplied by their two scales and added
+    in float32 (``use_fast_accum`` does not apply). Every M works (M = 1
+    included), and N or K not a multiple of 128 too: the last block is partial.
+
     Args:
         a: ``[M, K]`` float8 (``float8_e4m3fn`` or ``float8_e5m2``), the activation.
         b: ``[N, K]`` float8, the weight (K-major, as ``nn.Linear`` stores it).
-        scale_a: float32, one value (per-tensor, 0-d) or ``[M]`` (per-token).
-        scale_b: float32, one value or ``[N]`` (per-channel). Any mix of the two kinds works.
+        scale_a: float32, one value (per-tensor, 0-d), ``[M]`` (per-token) or
+            ``[M, ceil(K/128)]`` (1x128 groups, with block-wise ``scale_b``).
+        scale_b: float32, one value, ``[N]`` (per-channel) or ``[ceil(N/128), ceil(K/128)]``
+            (128x128 blocks). Per-tensor and row-wise scales mix freely.
         out_dtype: ``torch.bfloat16``, ``torch.float16`` or ``torch.float32``.
         bias: optional ``[N]`` in ``out_dtype``, added in the epilogue.
-        config: ``"auto"`` (tile shape chosen by M) or one of :data:`CONFIGS`, for tuning.
+        config: ``"auto"`` (tile shape chosen by M) or one of :data:`CONFIGS`
+            (block-wise: :data:`BLOCKWISE_CONFIGS`), for tuning.
         use_fast_accum: allow FP8 fast accumulation (see above).
 
     On H100/H200 this runs CUTLASS sm_90a kernels (no host synchronisation,
@@ -42,8 +53,14 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     copied (one extra pass over D). Quantize and store weights padded
     (``pad_k_to=16``, N rounded up) to keep them off this path. E5M2 operands run
     with a float32 kernel, then add the bias and cast (E5M2 x E4M3 also
-    transposes). M is free.
+    transposes). M is free. Block-wise: K not a multiple of 16 or unaligned
+    operands copy A and B as above; N not a multiple of 8 (16-bit outputs) or 4
+    (fp32) copies B with zero rows and D through a buffer; group scales in
+    another layout than M-major with a column stride that is a multiple of 4
+    are copied into it (a pass over M x K/128 floats).
     """
+    if is_blockwise(b, scale_b):
+        return _scaled_mm_blockwise(a, b, scale_a, scale_b, out_dtype, bias, config)
     if config not in CONFIGS:
         raise ValueError(f"config must be one of {sorted(CONFIGS)}, got {config!r}")
     cfg = CONFIGS[config]
@@ -52,3 +69,14 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
         _native.warn_reference_fallback("scaled_mm", a.device)
         return gemm_reference.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, cfg, use_fast_accum)
     return torch.ops.fp8ext.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, cfg, bool(use_fast_accum))
+
+
+def _scaled_mm_blockwise(a, b, scale_a, scale_b, out_dtype, bias, config: str) -> torch.Tensor:
+    if config not in BLOCKWISE_CONFIGS:
+        raise ValueError(f"config must be one of {sorted(BLOCKWISE_CONFIGS)} for block-wise scales, got {config!r}")
+    cfg = BLOCKWISE_CONFIGS[config]
+    if isinstance(a, torch.Tensor) and a.is_cuda and _native.GEMM_KERNELS_BUILT \
+            and not _native.gemm_kernels_run_on(a.device.index or 0):
+        _native.warn_reference_fallback("scaled_mm", a.device)
+        return gemm_reference.scaled_mm_blockwise(a, b, scale_a, scale_b, bias, out_dtype, cfg)
+    return torch.ops.fp8ext.scaled_mm_blockwise(a, b, scale_a, scale_b, bias, out_dtype, cfg)

@@ -35,9 +35,9 @@ class FP8Linear(nn.Module):
     weight and the float32 scales keep their dtypes (device moves apply to all).
 
     Without a GPU the same module runs through the exact CPU reference. The
-    block-wise recipe computes through a dequantizing reference path until the
-    block-wise GEMM lands (issue 5). Inference only: the FP8 ops have no
-    backward.
+    block-wise recipe runs the block-wise GEMM with E4M3 operands; with E5M2 it
+    computes through a dequantizing reference path. Inference only: the FP8 ops
+    have no backward.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
@@ -96,11 +96,17 @@ class FP8Linear(nn.Module):
         q, s = quantize_api.quantize(x2, self.recipe, "activation", state=self._activation_state(),
                                      pad_k_to=K_ALIGN)
         bias = None if self.bias is None else self.bias.to(x.dtype)
-        if self.recipe.weight_granularity == "block":  # exact FP8 emulation until the block-wise GEMM lands
+        if self.recipe.weight_granularity == "block" and not self._blockwise_gemm_takes_it:
+            # E5M2 blocks: exact FP8 emulation (the block-wise kernels take E4M3 only)
             y = self._float_matmul(quantize_api.dequantize(q, s, "group", cols=self.in_features), bias, x.dtype)
         else:
             y = gemm.scaled_mm(q, self.weight, s, self.weight_scale, out_dtype=x.dtype, bias=bias)
         return y.reshape(*lead, self.out_features)
+
+    @property
+    def _blockwise_gemm_takes_it(self) -> bool:
+        return self.recipe.weight_format.torch_dtype == self.recipe.activation_format.torch_dtype == \
+            torch.float8_e4m3fn
 
     @contextlib.contextmanager
     def high_precision(self):

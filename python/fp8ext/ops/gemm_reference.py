@@ -72,3 +72,75 @@ def scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, config, use_fast_accum=Fa
 
 
 torch.library.impl("fp8ext::scaled_mm", "CPU")(scaled_mm)
+
+
+# ---- block-wise (1x128 activation groups, 128x128 weight blocks) -------------------
+BLOCK = 128
+# Tile configurations of the block-wise kernels (BlockwiseConfig in
+# csrc/include/fp8ext/scaled_mm_blockwise.h); block_medium and block_swap_small are bf16-only.
+BLOCKWISE_CONFIGS = {"auto": 0, "block_large": 1, "block_medium": 2, "block_swap_small": 3, "block_swap_medium": 4}
+
+
+def is_blockwise(b: torch.Tensor, scale_b) -> bool:
+    """Whether scale_b holds one value per 128x128 block of b ([ceil(N/128), ceil(K/128)],
+    2-D, more than one value; where that shape is also per-channel or per-tensor, the
+    two readings mean the same)."""
+    if not isinstance(scale_b, torch.Tensor) or scale_b.dim() != 2 or scale_b.numel() <= 1 or b.dim() != 2:
+        return False
+    n, k = b.shape
+    return tuple(scale_b.shape) == (-(-n // BLOCK), -(-k // BLOCK)) and not (scale_b.shape[1] == 1 and
+                                                                                scale_b.shape[0] == n)
+
+
+def check_blockwise_args(a, b, scale_a, scale_b, bias, out_dtype, config) -> None:
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"a and b must be 2-D ([M, K] and [N, K]), got {a.dim()}-D and {b.dim()}-D")
+    if a.dtype != torch.float8_e4m3fn or b.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"a and b must be torch.float8_e4m3fn for the block-wise kernels, got {a.dtype} and "
+                        f"{b.dtype}")
+    if b.device != a.device:
+        raise ValueError(f"a and b must be on the same device, got {a.device} and {b.device}")
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"a and b must share K (a: [M, K], b: [N, K]), got {tuple(a.shape)} and {tuple(b.shape)}")
+    if out_dtype not in OUT_DTYPES:
+        raise TypeError(f"out_dtype must be bfloat16, float16 or float32, got {out_dtype}")
+    if not 0 <= config <= max(BLOCKWISE_CONFIGS.values()):
+        raise ValueError(f"config must be 0 (auto) to {max(BLOCKWISE_CONFIGS.values())}, got {config}")
+    (m, k), n = a.shape, b.shape[0]
+    groups = -(-k // BLOCK)
+    for name, s, shape, what in (("scale_a", scale_a, (m, groups), "one value per 1x128 group of a:"),
+                                 ("scale_b", scale_b, (-(-n // BLOCK), groups), "one value per 128x128 block of b:")):
+        if not isinstance(s, torch.Tensor) or s.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32, got {s.dtype if isinstance(s, torch.Tensor) else type(s).__name__}")
+        if s.device != a.device:
+            raise ValueError(f"{name} must be on {a.device}, got {s.device}")
+        if tuple(s.shape) != shape:
+            raise ValueError(f"{name} must be {what} {list(shape)}, got shape {tuple(s.shape)}")
+    if bias is not None:
+        if bias.dtype != out_dtype:
+            raise TypeError(f"bias must have out_dtype ({out_dtype}), got {bias.dtype}")
+        if bias.dim() != 1 or bias.shape[0] != n or bias.device != a.device:
+            raise ValueError(f"bias must be [N] = [{n}] on {a.device}, got {tuple(bias.shape)} on {bias.device}")
+
+
+def scaled_mm_blockwise(a, b, scale_a, scale_b, bias, out_dtype, config):
+    """D = sum over 128-wide K blocks kb of scale_a[:, kb] x scale_b[n // 128, kb] x
+    (the block's a @ b^T), in float32: each block's products are summed, scaled, then
+    added (the kernels' promotion every 128 of K), rounded once to out_dtype."""
+    check_blockwise_args(a, b, scale_a, scale_b, bias, out_dtype, config)
+    (m, k), n = a.shape, b.shape[0]
+    d = torch.zeros(m, n, dtype=torch.float32, device=a.device)
+    col_scales = scale_b.repeat_interleave(BLOCK, dim=0)[:n]  # [N, G]: each row's block scales
+    for kb in range(-(-k // BLOCK)):
+        cols = slice(kb * BLOCK, min(k, (kb + 1) * BLOCK))
+        partial = a[:, cols].float() @ b[:, cols].float().t()
+        d += partial * scale_a[:, kb:kb + 1] * col_scales[:, kb].reshape(1, n)
+    if bias is not None:
+        d = d + bias.float()
+    return d.to(out_dtype)
+
+
+torch.library.impl("fp8ext::scaled_mm_blockwise", "CPU")(scaled_mm_blockwise)

@@ -1,0 +1,129 @@
+"""Block-wise FP8 GEMM suite (../shared/BENCHMARKING.md, issue 5): fp8ext.scaled_mm
+with 1x128 activation groups and 128x128 weight blocks against cuBLASLt's
+block-wise mode (torch._scaled_mm with the same scales) and against our own
+per-tensor kernel, on the same operands in one run. Each row reports ours vs
+cuBLAS block-wise (the target) and block-wise / per-tensor time (what the finer
+scales cost). Rows with M <= 256 are graph-timed with the weight rotated among
+copies that exceed L2. Unaligned shapes report our time and the slowdown
+against the nearest aligned one (cuBLAS refuses them, and M = 1).
+
+    python bench/bench_gemm_blockwise.py --out DIR [--full]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+import torch
+
+import fp8ext
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_gemm import L2_BYTES, NK, UNALIGNED, timed  # noqa: E402
+from benchlib import print_table, write_results  # noqa: E402
+
+F8 = torch.float8_e4m3fn
+BLOCK = 128
+M_QUICK = [1, 16, 64, 128, 1024, 4096]
+M_FULL = [1, 16, 64, 128, 256, 1024, 4096, 16384]
+
+
+def group_scales(m, k):
+    """[M, K/128] in fp8ext's layout (M-major, column stride a multiple of 4)."""
+    g = -(-k // BLOCK)
+    storage = torch.rand(g, -(-m // 4) * 4, device="cuda") * 0.1 + 0.01
+    return storage.t()[:m]
+
+
+def cublas_blockwise(a, sa, sb):
+    """torch._scaled_mm in cuBLASLt's 1x128 x 128x128 mode; None where it refuses."""
+    sa_cublas = sa.t().contiguous().t()  # M-major, column stride exactly M
+    sb_cublas = sb.t().contiguous()      # [K/128, N/128]
+
+    def call(w):
+        return torch._scaled_mm(a, w.t(), scale_a=sa_cublas, scale_b=sb_cublas, out_dtype=torch.bfloat16)
+    return call
+
+
+def bench_row(m, n, k, anchor=True):
+    graph = m <= 256
+    copies = max(1, math.ceil(2 * L2_BYTES / (n * k))) if graph else 1
+    ws = [(torch.randn(n, k, device="cuda") * 2).to(F8) for _ in range(copies)]
+    a = (torch.randn(m, k, device="cuda") * 2).to(F8)
+    sa = group_scales(m, k)
+    sb = torch.rand(-(-n // BLOCK), -(-k // BLOCK), device="cuda") * 0.1 + 0.01
+    one = torch.tensor(0.05, device="cuda")
+    ours = lambda w: fp8ext.scaled_mm(a, w, sa, sb)  # noqa: E731
+    per_tensor = lambda w: fp8ext.scaled_mm(a, w, one, one)  # noqa: E731
+    got = ours(ws[0]).float()
+    want = (a.float() * sa.repeat_interleave(BLOCK, 1)[:, :k]) @ \
+        (ws[0].float() * sb.repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)[:n, :k]).t()
+    err = ((got - want).norm() / want.norm()).item()
+    if not err < 1e-2:
+        raise AssertionError(f"{m}x{n}x{k}: ours differs from the reference by {err:.2e}")
+    flops = 2.0 * m * n * k
+    t_ours = timed(ours, ws, graph)
+    t_tensor = timed(per_tensor, ws, graph)
+    row = {"op": "scaled_mm_blockwise", "shape": f"{m}x{n}x{k}", "ours_ms": round(t_ours, 5),
+           "ours_TFLOPs": round(flops / t_ours / 1e9, 1), "ours_weight_TBps": round(n * k / t_ours / 1e9, 3),
+           "ours_max_rel_error": round(err, 6), "per_tensor_ms": round(t_tensor, 5),
+           "block_vs_per_tensor_time": round(t_ours / t_tensor, 3),
+           "timing": "cuda-graph, weights rotated past L2" if graph else "cuda events"}
+    if anchor:
+        cublas = cublas_blockwise(a, sa, sb)
+        try:
+            ref = cublas(ws[0]).float()
+        except RuntimeError as e:  # cuBLAS refuses M = 1 (CUBLAS_STATUS_NOT_SUPPORTED)
+            row["anchor"] = f"torch._scaled_mm block-wise: fails ({str(e).splitlines()[0][:80]})"
+            return row
+        diff = ((got - ref).norm() / ref.norm()).item()
+        if not diff < 1e-2:
+            raise AssertionError(f"{m}x{n}x{k}: ours differs from cuBLAS block-wise by {diff:.2e}")
+        t_anchor = timed(cublas, ws, graph)
+        row.update({"anchor": "torch._scaled_mm block-wise (cuBLASLt)", "anchor_ms": round(t_anchor, 5),
+                    "anchor_TFLOPs": round(flops / t_anchor / 1e9, 1), "ratio": round(t_anchor / t_ours, 3)})
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--full", action="store_true", help="the whole suite (default: 8B layers and the cube)")
+    args = ap.parse_args()
+    layers = list(NK) if args.full else [k for k in NK if k.startswith("8b") or k == "cube"]
+    rows = []
+    for layer in layers:
+        n, k = NK[layer]
+        for m in (M_FULL if args.full else M_QUICK):
+            torch.manual_seed(0)
+            rows.append({"layer": layer, **bench_row(m, n, k)})
+            torch.cuda.empty_cache()
+        write_results(args.out, "gemm_blockwise", rows)  # partial results survive a time limit
+    rows.append({"layer": "cube", **bench_row(8192, 8192, 8192)})
+    for (m, n, k), (am, an, ak) in UNALIGNED:
+        unaligned, aligned = bench_row(m, n, k, anchor=False), bench_row(am, an, ak, anchor=False)
+        rows.append({"layer": "unaligned", **unaligned, "aligned_shape": aligned["shape"],
+                     "slowdown_vs_aligned": round(unaligned["ours_ms"] / aligned["ours_ms"], 3)})
+    big = [r["ratio"] for r in rows if "ratio" in r and int(r["shape"].split("x")[0]) >= 1024]
+    small = [r["ours_weight_TBps"] for r in rows if r.get("layer") != "unaligned"
+             and int(r["shape"].split("x")[0]) <= 64]
+    cube = [r for r in rows if r["shape"] == "8192x8192x8192"]
+    summary = {"op": "summary",
+               "geomean_ratio_vs_cublas_m_ge_1024": round(math.exp(sum(map(math.log, big)) / len(big)), 3)
+               if big else None,
+               "min_ratio_vs_cublas_m_ge_1024": min(big) if big else None,
+               "min_weight_TBps_m_le_64": min(small) if small else None,
+               "TFLOPs_8192_cube": cube[0]["ours_TFLOPs"] if cube else None}
+    rows.append(summary)
+    path = write_results(args.out, "gemm_blockwise", rows)
+    print(f"wrote {path}")
+    print_table([r for r in rows if r.get("op") == "scaled_mm_blockwise"],
+                ["layer", "shape", "ours_ms", "anchor_ms", "ratio", "ours_TFLOPs", "anchor_TFLOPs",
+                 "ours_weight_TBps", "block_vs_per_tensor_time", "slowdown_vs_aligned"])
+    print(summary)
+
+
+if __name__ == "__main__":
+    main()

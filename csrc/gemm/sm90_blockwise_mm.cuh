@@ -1,0 +1,175 @@
+// The CUTLASS 3.x sm_90a kernel behind every block-wise scaled_mm
+// configuration: CUTLASS's FP8 blockwise mainloop (TMA + wgmma; after every
+// 128 of K it multiplies the tensor cores' partial sums by the A-group and
+// B-block scales and adds them into fp32 registers), then an epilogue that adds
+// the bias: D = acc + bias.
+//
+// With swap-AB the kernel computes D^T = B A^T: the weight's 128-row blocks
+// become the kernel's M granularity, the activations' per-row group scales its
+// N granularity (one per column), and D^T is stored column-major (= D row-major).
+#pragma once
+
+#include "blockwise_mm_kernels.h"
+#include "sm90_gemm_common.cuh"
+
+namespace fp8ext::cuda::gemm {
+namespace detail {
+
+using namespace cute;
+
+template <class Tile_, class Cluster_, class Mainloop_, class Epilogue_, bool kSwap_>
+struct BlockwiseTileConfig {
+  using Tile = Tile_;
+  using Cluster = Cluster_;
+  using MainloopSchedule = Mainloop_;
+  using EpilogueSchedule = Epilogue_;
+  static constexpr bool kSwap = kSwap_;
+};
+
+using Cooperative = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise;
+using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8Blockwise;
+
+template <BlockwiseConfig C>
+struct BlockwiseConfigOf;
+template <>
+struct BlockwiseConfigOf<BlockwiseConfig::kLarge>
+    : BlockwiseTileConfig<Shape<_128, _128, _128>, Shape<_1, _2, _1>, Cooperative,
+                          cutlass::epilogue::TmaWarpSpecializedCooperative, false> {};
+template <>
+struct BlockwiseConfigOf<BlockwiseConfig::kMedium>
+    : BlockwiseTileConfig<Shape<_64, _128, _128>, Shape<_1, _1, _1>, Pingpong,
+                          cutlass::epilogue::TmaWarpSpecialized, false> {};
+template <>
+struct BlockwiseConfigOf<BlockwiseConfig::kSwapSmall>
+    : BlockwiseTileConfig<Shape<_128, _16, _128>, Shape<_1, _1, _1>, Pingpong,
+                          cutlass::epilogue::TmaWarpSpecialized, true> {};
+template <>
+struct BlockwiseConfigOf<BlockwiseConfig::kSwapMedium>
+    : BlockwiseTileConfig<Shape<_128, _64, _128>, Shape<_1, _1, _1>, Pingpong,
+                          cutlass::epilogue::TmaWarpSpecialized, true> {};
+
+// The scale-factor layouts, as CUTLASS's blockwise mainloop reads them: for
+// each operand ((granularity, blocks) along M or N, (128, blocks) along K, L).
+// `MnMajor`: consecutive M/N blocks are adjacent in memory (the activations'
+// M-major group scales); else consecutive K blocks are (the weight's
+// row-major block scales).
+template <int kGranularity, bool kMnMajor>
+struct ScaleLayout {
+  using Type = Layout<Shape<Shape<Int<kGranularity>, int32_t>, Shape<_128, int32_t>, int32_t>,
+                      conditional_t<kMnMajor, Stride<Stride<_0, _1>, Stride<_0, int32_t>, int32_t>,
+                                    Stride<Stride<_0, int32_t>, Stride<_0, _1>, int32_t>>>;
+  // `blocks`: scales along M/N; `k_blocks`: along K; `ld`: the stride of the slower axis.
+  static Type make(int32_t blocks, int32_t k_blocks, int32_t ld) {
+    const auto shape = make_shape(make_shape(Int<kGranularity>{}, blocks), make_shape(_128{}, k_blocks), 1);
+    const int32_t batch = kMnMajor ? ld * k_blocks : ld * blocks;
+    if constexpr (kMnMajor) {
+      return make_layout(shape, make_stride(make_stride(_0{}, _1{}), make_stride(_0{}, ld), batch));
+    } else {
+      return make_layout(shape, make_stride(make_stride(_0{}, ld), make_stride(_0{}, _1{}), batch));
+    }
+  }
+};
+
+template <class ElementD, class Cfg>
+struct Sm90BlockwiseMm {
+  static constexpr bool kSwap = Cfg::kSwap;
+  using Tile = typename Cfg::Tile;
+  using Element = cutlass::float_e4m3_t;
+  using LayoutA = cutlass::layout::RowMajor;     // [M', K], K contiguous
+  using LayoutB = cutlass::layout::ColumnMajor;  // [K, N'] with K contiguous: [N', K] row-major
+  using LayoutD = conditional_t<kSwap, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  static constexpr int kAlignAB = 16;
+  static constexpr int kAlignD = 16 / static_cast<int>(sizeof(ElementD));
+  static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+  // Activations: one scale per row (group of 1 along M); weight: 128-row blocks.
+  using ActivationScales = ScaleLayout<1, true>;
+  using WeightScales = ScaleLayout<128, false>;
+  using ScalesA = conditional_t<kSwap, WeightScales, ActivationScales>;
+  using ScalesB = conditional_t<kSwap, ActivationScales, WeightScales>;
+
+  // The bias runs along N: the kernel's columns, or its rows when swapped. A
+  // null pointer reads as zeros.
+  using Bias = conditional_t<kSwap,
+                             cutlass::epilogue::fusion::Sm90ColBroadcast<0, Tile, ElementD, float, Stride<_1, _0, int64_t>>,
+                             cutlass::epilogue::fusion::Sm90RowBroadcast<0, Tile, ElementD, float, Stride<_0, _1, int64_t>>>;
+  using Fusion = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, ElementD, float, kRound>,
+      cutlass::epilogue::fusion::Sm90AccFetch, Bias>;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, typename Cfg::Cluster,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignD, ElementD, LayoutD,
+      kAlignD, typename Cfg::EpilogueSchedule, Fusion>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cute::tuple<LayoutA, typename ScalesA::Type>,
+      kAlignAB, Element, cute::tuple<LayoutB, typename ScalesB::Type>, kAlignAB, float, Tile, typename Cfg::Cluster,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Cfg::MainloopSchedule>::CollectiveOp;
+
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
+                                                          CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+  static typename CollectiveMainloop::Arguments mainloop_arguments(const BlockwiseMmProblem& p) {
+    using StrideA = typename GemmKernel::StrideA;
+    using StrideB = typename GemmKernel::StrideB;
+    const auto k_blocks = static_cast<int32_t>((p.k + kScaleBlock - 1) / kScaleBlock);
+    const auto act = ActivationScales::make(static_cast<int32_t>(p.m), k_blocks, static_cast<int32_t>(p.ld_scale_a));
+    const auto weight = WeightScales::make(static_cast<int32_t>((p.n + kScaleBlock - 1) / kScaleBlock), k_blocks,
+                                           static_cast<int32_t>(p.ld_scale_b));
+    const auto* a = static_cast<const Element*>(p.a);
+    const auto* b = static_cast<const Element*>(p.b);
+    if constexpr (kSwap) {  // the weight is the kernel's A
+      return {b, StrideA{p.ldb, Int<1>{}, int64_t{0}}, a, StrideB{p.lda, Int<1>{}, int64_t{0}},
+              p.scale_b, weight, p.scale_a, act};
+    } else {
+      return {a, StrideA{p.lda, Int<1>{}, int64_t{0}}, b, StrideB{p.ldb, Int<1>{}, int64_t{0}},
+              p.scale_a, act, p.scale_b, weight};
+    }
+  }
+
+  static typename Gemm::Arguments arguments(const BlockwiseMmProblem& p) {
+    using StrideD = typename GemmKernel::StrideD;
+    const int m = static_cast<int>(kSwap ? p.n : p.m);
+    const int n = static_cast<int>(kSwap ? p.m : p.n);
+    const int k = static_cast<int>(p.k);
+    StrideD stride_d{};
+    if constexpr (kSwap) {
+      stride_d = StrideD{Int<1>{}, p.ldd, int64_t{0}};
+    } else {
+      stride_d = StrideD{p.ldd, Int<1>{}, int64_t{0}};
+    }
+    typename Bias::Arguments bias_args{static_cast<const ElementD*>(p.bias), ElementD(0), {}};
+    typename Fusion::Arguments fusion{{}, bias_args, {}};
+    cutlass::KernelHardwareInfo hw;
+    hw.device_id = current_device_info().device;
+    hw.sm_count = current_device_info().sm_count;
+    return typename Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGemm,
+                                    {m, n, k, 1},
+                                    mainloop_arguments(p),
+                                    {fusion, nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d},
+                                    hw};
+  }
+};
+
+template <DType D, BlockwiseConfig C>
+using BlockwiseImpl = Sm90BlockwiseMm<OutElement<D>, BlockwiseConfigOf<C>>;
+
+}  // namespace detail
+
+template <DType D, BlockwiseConfig C>
+size_t BlockwiseKernel<D, C>::workspace_bytes(const BlockwiseMmProblem& p) {
+  using Impl = detail::BlockwiseImpl<D, C>;
+  return Impl::Gemm::get_workspace_size(Impl::arguments(p));
+}
+
+template <DType D, BlockwiseConfig C>
+cudaError_t BlockwiseKernel<D, C>::run(const BlockwiseMmProblem& p, void* workspace, cudaStream_t stream) {
+  using Impl = detail::BlockwiseImpl<D, C>;
+  return detail::run_gemm<typename Impl::Gemm>(Impl::arguments(p), workspace, stream);
+}
+
+}  // namespace fp8ext::cuda::gemm

@@ -1,0 +1,68 @@
+// Helpers the GEMM harnesses share: random FP8 operands and the output
+// dtypes' encoding (bf16 and fp32; fp16 outputs are covered by pytest).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "fp8ext/fp8_format.h"
+#include "fp8ext/types.h"
+
+namespace fp8ext::test {
+
+inline std::vector<uint8_t> random_codes(int64_t count, Fp8Format f, std::mt19937& rng) {
+  std::normal_distribution<float> nd;
+  std::vector<uint8_t> v(count);
+  for (auto& c : v) c = encode_fp8_saturate(nd(rng) * 4.0f, f);
+  return v;
+}
+
+// Values as the output dtype would hold them (the reference's bias is rounded the same way).
+inline float round_to(DType d, float x) {
+  if (d == DType::kFloat32) return x;
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if (d == DType::kBFloat16) {
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;  // RNE to bf16 (finite inputs)
+    std::memcpy(&x, &u, 4);
+    return x;
+  }
+  return static_cast<float>(static_cast<double>(x));  // fp16 is not tested here (pytest covers it)
+}
+
+inline std::vector<uint8_t> encode_out(DType d, const std::vector<float>& v) {
+  const size_t bytes = d == DType::kFloat32 ? 4 : 2;
+  std::vector<uint8_t> out(v.size() * bytes);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const float x = round_to(d, v[i]);
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    if (bytes == 4) std::memcpy(&out[i * 4], &u, 4);
+    else {
+      const uint16_t h = static_cast<uint16_t>(u >> 16);
+      std::memcpy(&out[i * 2], &h, 2);
+    }
+  }
+  return out;
+}
+
+inline std::vector<double> decode_out(DType d, const std::vector<uint8_t>& raw, int64_t count) {
+  std::vector<double> v(count);
+  for (int64_t i = 0; i < count; ++i) {
+    uint32_t u = 0;
+    if (d == DType::kFloat32) std::memcpy(&u, &raw[i * 4], 4);
+    else {
+      uint16_t h;
+      std::memcpy(&h, &raw[i * 2], 2);
+      u = uint32_t{h} << 16;
+    }
+    float x;
+    std::memcpy(&x, &u, 4);
+    v[i] = x;
+  }
+  return v;
+}
+
+}  // namespace fp8ext::test

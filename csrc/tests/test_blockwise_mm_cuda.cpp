@@ -1,0 +1,183 @@
+// The CUTLASS block-wise GEMM kernels against a float64 reference that applies
+// each 1x128 group scale of A and 128x128 block scale of B to its own elements,
+// for every configuration and output dtype they are instantiated for (bf16,
+// fp32; fp16 is covered by pytest); plus refusals and the M buckets.
+// Skips (exit 77) where there is no GPU.
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "fp8ext/fp8_format.h"
+#include "fp8ext/scaled_mm_blockwise.h"
+#include "gemm_test_util.h"
+#include "harness.h"
+
+using namespace fp8ext;
+using cuda::BlockwiseConfig;
+using test::DeviceBuffer;
+
+namespace {
+
+constexpr int64_t kBlock = 128;
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct Problem {
+  int64_t m, n, k, groups, ld_sa;
+  std::vector<uint8_t> a, b;  // E4M3 codes [m, k], [n, k]
+  std::vector<float> sa;      // group scales, M-major: (row, group) at group * ld_sa + row
+  std::vector<float> sb;      // block scales, row-major [ceil(n/128), groups]
+  std::vector<float> bias;    // [n]
+};
+
+Problem make_problem(int64_t m, int64_t n, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> scale(0.01f, 0.1f), bias(-2.0f, 2.0f);
+  Problem p{m, n, k, ceil_div(k, kBlock), (m + 3) / 4 * 4, test::random_codes(m * k, Fp8Format::kE4M3, rng),
+            test::random_codes(n * k, Fp8Format::kE4M3, rng), {}, {}, {}};
+  p.sa.assign(p.groups * p.ld_sa, 0.0f);
+  for (int64_t g = 0; g < p.groups; ++g)
+    for (int64_t i = 0; i < m; ++i) p.sa[g * p.ld_sa + i] = scale(rng);
+  p.sb.resize(ceil_div(n, kBlock) * p.groups);
+  for (auto& s : p.sb) s = scale(rng);
+  p.bias.resize(n);
+  for (auto& b : p.bias) b = bias(rng);
+  return p;
+}
+
+// ||D - ref|| / ||ref|| (Frobenius) of one run, ref in float64.
+double run_and_compare(const Problem& o, DType d, bool with_bias, BlockwiseConfig config) {
+  const size_t out_bytes = d == DType::kFloat32 ? 4 : 2;
+  DeviceBuffer<uint8_t> da(o.a.size()), db(o.b.size()), dd(o.m * o.n * out_bytes), dbias(o.n * out_bytes);
+  DeviceBuffer<float> dsa(o.sa.size()), dsb(o.sb.size());
+  da.upload(o.a);
+  db.upload(o.b);
+  dsa.upload(o.sa);
+  dsb.upload(o.sb);
+  dbias.upload(test::encode_out(d, o.bias));
+  cuda::BlockwiseMmProblem p{da.ptr, o.k, db.ptr, o.k, o.m, o.n, o.k, dsa.ptr, o.ld_sa, dsb.ptr, o.groups,
+                             with_bias ? dbias.ptr : nullptr, dd.ptr, d, o.n};
+  EXPECT_TRUE(cuda::blockwise_mm_unsupported_reason(p) == nullptr);
+  const size_t ws_bytes = cuda::blockwise_mm_workspace_bytes(p, config);
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  CUDA_OK(cuda::blockwise_mm(p, config, ws.ptr, ws_bytes, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<double> got = test::decode_out(d, dd.download(), o.m * o.n);
+
+  double err = 0.0, norm = 0.0;
+  for (int64_t i = 0; i < o.m; ++i)
+    for (int64_t j = 0; j < o.n; ++j) {
+      double ref = with_bias ? test::round_to(d, o.bias[j]) : 0.0;
+      for (int64_t kk = 0; kk < o.k; ++kk) {
+        const int64_t g = kk / kBlock;
+        const double x = static_cast<double>(decode_fp8(o.a[i * o.k + kk], Fp8Format::kE4M3)) * o.sa[g * o.ld_sa + i];
+        const double w = static_cast<double>(decode_fp8(o.b[j * o.k + kk], Fp8Format::kE4M3)) *
+                         o.sb[(j / kBlock) * o.groups + g];
+        ref += x * w;
+      }
+      err += (got[i * o.n + j] - ref) * (got[i * o.n + j] - ref);
+      norm += ref * ref;
+    }
+  return std::sqrt(err / norm);
+}
+
+struct Case {
+  int64_t m, n, k;
+};
+// M across the buckets; N a multiple of 8 but not of 128 (a partial last block);
+// K a multiple of 16 but not always of 128 (a partial last group).
+const Case kCases[] = {{1, 136, 128}, {15, 264, 272}, {17, 136, 384}, {64, 200, 144}, {65, 264, 256},
+                       {129, 136, 400}, {300, 520, 256}};
+
+double tolerance(DType d) { return d == DType::kFloat32 ? 1e-3 : 6e-3; }
+
+// FP8EXT_TEST_QUICK=1 (the compute-sanitizer run) keeps M = 1 and 129.
+bool quick() { return std::getenv("FP8EXT_TEST_QUICK") != nullptr; }
+bool in_quick_subset(const Case& c) { return c.m == 1 || c.m == 129; }
+
+void check_all(DType d, std::initializer_list<BlockwiseConfig> configs) {
+  test::require_gpu();
+  uint32_t seed = std::random_device{}();
+  for (const Case& c : kCases)
+    for (BlockwiseConfig config : configs)
+      for (bool bias : {false, true}) {
+        if (quick() && (!in_quick_subset(c) || !bias)) continue;
+        const double e = run_and_compare(make_problem(c.m, c.n, c.k, ++seed), d, bias, config);
+        EXPECT_EQ_CTX(e < tolerance(d), true,
+                      "M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k) +
+                          " config=" + cuda::blockwise_config_name(config) + " err=" + std::to_string(e));
+      }
+}
+
+}  // namespace
+
+FP8EXT_TEST(bf16_every_config) {
+  check_all(DType::kBFloat16, {BlockwiseConfig::kAuto, BlockwiseConfig::kLarge, BlockwiseConfig::kMedium,
+                               BlockwiseConfig::kSwapSmall, BlockwiseConfig::kSwapMedium});
+}
+
+FP8EXT_TEST(fp32_every_config) {
+  check_all(DType::kFloat32, {BlockwiseConfig::kAuto, BlockwiseConfig::kLarge, BlockwiseConfig::kSwapMedium});
+}
+
+FP8EXT_TEST(refuses_what_the_kernels_cannot_run) {
+  // Checked before any launch, so this runs without a GPU too.
+  alignas(16) static uint8_t buf[4096];
+  alignas(16) static float scales[64] = {};
+  const cuda::BlockwiseMmProblem ok{buf, 32, buf, 32, 4, 8, 32, scales, 4, scales, 1, nullptr, buf,
+                                    DType::kBFloat16, 8};
+  EXPECT_TRUE(cuda::blockwise_mm_unsupported_reason(ok) == nullptr);
+  auto refused = [&](cuda::BlockwiseMmProblem p) {
+    EXPECT_TRUE(cuda::blockwise_mm_unsupported_reason(p) != nullptr);
+    EXPECT_EQ(int(cuda::blockwise_mm(p, BlockwiseConfig::kAuto, nullptr, 0, nullptr)), int(cudaErrorInvalidValue));
+  };
+  cuda::BlockwiseMmProblem p = ok;
+  p.k = 24;  // K not a multiple of 16
+  refused(p);
+  p = ok;
+  p.b = buf + 1;  // misaligned B
+  refused(p);
+  p = ok;
+  p.ld_scale_a = 3;  // group scales' column stride < M
+  refused(p);
+  p = ok;
+  p.m = 2;
+  p.ld_scale_a = 2;  // not a multiple of 4 (the TMA reads whole 16 bytes)
+  refused(p);
+  p = ok;
+  p.ld_scale_b = 0;  // block scales' row stride < ceil(K / 128)
+  refused(p);
+  p = ok;
+  p.n = 12;  // N not a multiple of 8 bf16 elements
+  p.ldd = 16;
+  refused(p);
+  p = ok;
+  p.scale_b = nullptr;
+  refused(p);
+}
+
+FP8EXT_TEST(auto_config_buckets) {
+  // Host-side logic: runs without a GPU.
+  alignas(16) static uint8_t buf[16];
+  alignas(16) static float one[4] = {1, 1, 1, 1};
+  cuda::BlockwiseMmProblem p{buf, 4096, buf, 4096, 1, 4096, 4096, one, 4, one, 32, nullptr, buf,
+                             DType::kBFloat16, 4096};
+  auto config_for = [&](int64_t m) {
+    p.m = m;
+    return cuda::blockwise_mm_auto_config(p);
+  };
+  EXPECT_EQ(int(config_for(1)), int(BlockwiseConfig::kSwapSmall));
+  EXPECT_EQ(int(config_for(16)), int(BlockwiseConfig::kSwapSmall));
+  EXPECT_EQ(int(config_for(17)), int(BlockwiseConfig::kSwapMedium));
+  EXPECT_EQ(int(config_for(64)), int(BlockwiseConfig::kSwapMedium));
+  EXPECT_EQ(int(config_for(65)), int(BlockwiseConfig::kMedium));
+  EXPECT_EQ(int(config_for(129)), int(BlockwiseConfig::kLarge));
+  p.d_dtype = DType::kFloat32;  // kLarge and kSwapMedium only
+  EXPECT_EQ(int(config_for(1)), int(BlockwiseConfig::kSwapMedium));
+  EXPECT_EQ(int(config_for(100)), int(BlockwiseConfig::kLarge));
+  EXPECT_TRUE(!cuda::blockwise_mm_has_config(p, BlockwiseConfig::kMedium));
+  EXPECT_TRUE(cuda::blockwise_mm_has_config(p, BlockwiseConfig::kAuto));
+}

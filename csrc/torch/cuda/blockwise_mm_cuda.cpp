@@ -1,0 +1,130 @@
+// The CUDA scaled_mm_blockwise op: argument checks, the padded path for shapes
+// the kernels cannot take directly, and the call into the CUTLASS block-wise
+// kernels (csrc/gemm/blockwise_mm_*). Built only with the sm_90a GEMMs.
+#ifdef FP8EXT_WITH_SM90_GEMM
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <optional>
+
+#include "../tensor_checks.h"
+#include "fp8ext/scaled_mm_blockwise.h"
+#include "gemm_operands.h"
+
+namespace fp8ext::torch_ops {
+namespace {
+
+using cuda::BlockwiseConfig;
+using cuda::kScaleBlock;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The 1x128 group scales [M, G] as the kernels read them: M-major with a
+// column stride that is a multiple of 4 (fp8ext's quantize_per_group writes
+// them so); any other layout is copied into one.
+at::Tensor group_scales(const at::Tensor& s, int64_t m, int64_t groups) {
+  const int64_t ld = round_up(std::max<int64_t>(m, 1), 4);
+  const bool usable = (m <= 1 || s.stride(0) == 1) &&
+                      (groups <= 1 || (s.stride(1) >= m && s.stride(1) % 4 == 0)) && aligned16(s);
+  if (usable) return s;
+  at::Tensor storage = at::zeros({groups, ld}, s.options());
+  storage.narrow(1, 0, m).copy_(s.t());
+  return storage.t().narrow(0, 0, m);
+}
+
+int64_t column_stride(const at::Tensor& s, int64_t m) {
+  return s.size(1) <= 1 ? round_up(std::max<int64_t>(m, 1), 4) : s.stride(1);
+}
+
+void check_block_scale(const at::Tensor& s, const char* name, int64_t rows, int64_t cols, const char* what,
+                       const at::Tensor& like) {
+  TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat, name, " must be float32, got ", s.scalar_type());
+  TORCH_CHECK_VALUE(s.device() == like.device(), name, " must be on ", like.device(), ", got ", s.device());
+  TORCH_CHECK_VALUE(s.dim() == 2 && s.size(0) == rows && s.size(1) == cols, name, " must be ", what, " [", rows,
+                    ", ", cols, "], got shape ", s.sizes());
+}
+
+cudaError_t launch(const cuda::BlockwiseMmProblem& p, int64_t config, const at::Tensor& like) {
+  const auto cfg = static_cast<BlockwiseConfig>(config);
+  const size_t bytes = cuda::blockwise_mm_workspace_bytes(p, cfg);
+  at::Tensor workspace = at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
+  return cuda::blockwise_mm(p, cfg, bytes ? workspace.data_ptr() : nullptr, bytes,
+                            c10::cuda::getCurrentCUDAStream(like.get_device()).stream());
+}
+
+at::Tensor scaled_mm_blockwise_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                                    const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
+                                    at::ScalarType out_dtype, int64_t config) {
+  TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "a and b must be 2-D ([M, K] and [N, K]), got ", a.dim(),
+                    "-D and ", b.dim(), "-D");
+  TORCH_CHECK_TYPE(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn,
+                   "a and b must be torch.float8_e4m3fn for the block-wise kernels, got ", a.scalar_type(), " and ",
+                   b.scalar_type());
+  TORCH_CHECK_VALUE(a.is_cuda() && b.device() == a.device(), "a and b must be on the same CUDA device, got ",
+                    a.device(), " and ", b.device());
+  TORCH_CHECK_VALUE(a.size(1) == b.size(1), "a and b must share K (a: [M, K], b: [N, K]), got ", a.sizes(),
+                    " and ", b.sizes());
+  TORCH_CHECK_TYPE(out_dtype == at::kBFloat16 || out_dtype == at::kHalf || out_dtype == at::kFloat,
+                   "out_dtype must be bfloat16, float16 or float32, got ", out_dtype);
+  TORCH_CHECK_VALUE(config >= 0 && config <= static_cast<int64_t>(BlockwiseConfig::kLastConfig),
+                    "config must be 0 (auto) to ", static_cast<int>(BlockwiseConfig::kLastConfig), ", got ", config);
+  const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
+  const int64_t groups = ceil_div(k, kScaleBlock);
+  check_block_scale(scale_a, "scale_a", m, groups, "one value per 1x128 group of a:", a);
+  check_block_scale(scale_b, "scale_b", ceil_div(n, kScaleBlock), groups, "one value per 128x128 block of b:", a);
+  if (bias) {
+    TORCH_CHECK_TYPE(bias->scalar_type() == out_dtype, "bias must have out_dtype (", out_dtype, "), got ",
+                     bias->scalar_type());
+    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == n && bias->device() == a.device(),
+                      "bias must be [N] = [", n, "] on ", a.device(), ", got ", bias->sizes(), " on ",
+                      bias->device());
+  }
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, a.get_device());
+  TORCH_CHECK(major == 9, "fp8ext.scaled_mm (block-wise): the CUTLASS kernels are built for sm_90a (H100/H200), "
+              "this GPU is sm_", major, "x");
+  c10::cuda::CUDAGuard guard(a.device());
+
+  at::Tensor out = at::empty({m, n}, a.options().dtype(out_dtype));
+  if (m == 0 || n == 0) return out;
+  if (k == 0) return bias ? out.copy_(bias->unsqueeze(0).expand({m, n})) : out.zero_();
+
+  // K to a multiple of 16 (zero columns add nothing; the last group's scale
+  // still covers them), N to whole 16 bytes of D for the TMA store (zero rows
+  // of B inside the last 128-row block, whose scale row already exists).
+  const int64_t k16 = round_up(k, 16);
+  const int64_t n16 = round_up(n, 16 / static_cast<int64_t>(at::elementSize(out_dtype)));
+  const at::Tensor ka = kernel_operand(a, k16, m);
+  const at::Tensor kb = kernel_operand(b, k16, n16);
+  const at::Tensor sa = group_scales(scale_a, m, groups);
+  const at::Tensor sb = scale_b.stride(1) == 1 || groups == 1 ? scale_b : scale_b.contiguous();
+  const at::Tensor kbias = bias ? padded_vector(*bias, n16) : at::Tensor();
+  at::Tensor d = n16 == n ? out : at::empty({m, n16}, a.options().dtype(out_dtype));
+  cuda::BlockwiseMmProblem p{ka.data_ptr(), ka.size(0) <= 1 ? k16 : ka.stride(0),
+                             kb.data_ptr(), kb.size(0) <= 1 ? k16 : kb.stride(0),
+                             m, n16, k16,
+                             sa.data_ptr<float>(), column_stride(sa, m),
+                             sb.data_ptr<float>(), sb.size(0) <= 1 ? groups : sb.stride(0),
+                             bias ? kbias.data_ptr() : nullptr, d.data_ptr(), to_dtype(d, "out"), n16};
+  if (const char* why = cuda::blockwise_mm_unsupported_reason(p))
+    TORCH_CHECK_VALUE(false, "fp8ext.scaled_mm (block-wise): ", why);
+  TORCH_CHECK_VALUE(cuda::blockwise_mm_has_config(p, static_cast<BlockwiseConfig>(config)),
+                    "fp8ext.scaled_mm (block-wise): config ",
+                    cuda::blockwise_config_name(static_cast<BlockwiseConfig>(config)),
+                    " is not instantiated for this output dtype (use auto)");
+  const cudaError_t err = launch(p, config, a);
+  TORCH_CHECK(err == cudaSuccess, "fp8ext.scaled_mm (block-wise): kernel launch failed: ", cudaGetErrorString(err));
+  if (d.data_ptr() != out.data_ptr()) out.copy_(d.narrow(1, 0, n));
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) { m.impl("scaled_mm_blockwise", &scaled_mm_blockwise_cuda); }
+
+}  // namespace fp8ext::torch_ops
+
+#endif  // FP8EXT_WITH_SM90_GEMM

@@ -1,0 +1,90 @@
+"""fp8ext.scaled_mm with block-wise scales on the CPU (the reference path):
+numerics against float64, which scale shapes select it, argument errors, the
+outlier advantage over per-tensor scaling, torch.compile (opcheck: test_ops_registration.py). The CUDA
+kernels are tested in test_scaled_mm_blockwise_cuda.py."""
+import pytest
+import torch
+
+import fp8ext
+from fp8ext.ops.gemm_reference import is_blockwise
+from fp8ext.recipes import BlockWise, CurrentScaling
+from gemm_cases import (F8, TOLERANCE, block_operands, block_reference, outlier_free, outlier_problem,
+                        rel_error)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("m,n,k", [(1, 8, 16), (33, 200, 300), (5, 130, 129), (64, 256, 512)])
+@pytest.mark.parametrize("m_major", [True, False])
+def test_reference_matches_float64(m, n, k, out_dtype, m_major, seed):
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = block_operands(m, n, k, "cpu", out_dtype, g, m_major)
+    d = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=out_dtype, bias=bias)
+    assert d.dtype == out_dtype and d.shape == (m, n)
+    assert rel_error(d, block_reference(a, b, sa, sb, bias)) < TOLERANCE[out_dtype]
+
+
+def test_a_wrong_block_scale_shows(seed):
+    """The check can fail: one block's scale off by 1% is seen."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, _ = block_operands(16, 256, 256, "cpu", generator=g)
+    wrong = sb.clone()
+    wrong[1, 0] *= 1.01
+    d = fp8ext.scaled_mm(a, b, sa, wrong, out_dtype=torch.float32)
+    assert rel_error(d, block_reference(a, b, sa, sb, None)) > 1e-3
+
+
+def test_which_scale_shapes_are_block_wise():
+    b = torch.zeros(300, 260, dtype=F8)
+    assert is_blockwise(b, torch.ones(3, 3))
+    assert not is_blockwise(b, torch.ones(300))       # per-channel
+    assert not is_blockwise(b, torch.ones(300, 1))    # per-channel, 2-D
+    assert not is_blockwise(b, torch.ones(()))        # per-tensor
+    assert not is_blockwise(torch.zeros(100, 100, dtype=F8), torch.ones(1, 1))  # one block = per-tensor
+
+
+def test_block_scales_beat_per_tensor_on_outliers(seed):
+    """Planted outlier tokens and channels: per-tensor scales flush the other values
+    to zero, block-wise scales keep them (the outputs the outliers do not touch)."""
+    g = torch.Generator().manual_seed(seed)
+    x, w = outlier_problem(64, 384, 512, g)
+    exact = outlier_free(x.double() @ w.double().t())
+    errors = {}
+    for name, recipe in (("block", BlockWise()), ("tensor", CurrentScaling())):
+        qa, sa = fp8ext.quantize(x, recipe, "activation")
+        qb, sb = fp8ext.quantize(w, recipe, "weight")
+        errors[name] = rel_error(outlier_free(fp8ext.scaled_mm(qa, qb, sa, sb, out_dtype=torch.float32)), exact)
+    assert errors["block"] < 0.06 and errors["tensor"] > 10 * errors["block"], errors
+
+
+def _args():
+    a, b, sa, sb, bias = block_operands(4, 200, 256, "cpu", torch.bfloat16)
+    return dict(a=a, b=b, scale_a=sa, scale_b=sb, bias=bias, out_dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (dict(a=torch.zeros(4, 256, dtype=torch.float8_e5m2)), TypeError, "float8_e4m3fn for the block-wise"),
+    (dict(scale_a=torch.ones(4, 3)), ValueError, r"scale_a must be one value per 1x128 group of a: \[4, 2\]"),
+    (dict(scale_a=torch.ones(4)), ValueError, "scale_a must be one value per 1x128 group"),
+    (dict(scale_a=torch.ones(4, 2, dtype=torch.float64)), TypeError, "scale_a must be float32"),
+    (dict(bias=torch.zeros(200)), TypeError, "bias must have out_dtype"),
+    (dict(bias=torch.zeros(7, dtype=torch.bfloat16)), ValueError, r"bias must be \[N\] = \[200\]"),
+    (dict(out_dtype=torch.int32), TypeError, "out_dtype must be"),
+])
+def test_bad_arguments_raise_clear_errors(change, error, match):
+    args = _args()
+    args.update(change)
+    with pytest.raises(error, match=match):
+        fp8ext.scaled_mm(**args)
+
+
+def test_bad_config_name():
+    with pytest.raises(ValueError, match="config must be one of"):
+        fp8ext.scaled_mm(**_args(), config="swap_small")
+
+
+def test_compile_fullgraph(seed):
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = block_operands(9, 136, 200, "cpu", torch.bfloat16, g)
+    torch._dynamo.reset()
+    f = torch.compile(lambda *t: fp8ext.scaled_mm(*t[:4], bias=t[4]), fullgraph=True)
+    assert torch.equal(f(a, b, sa, sb, bias), fp8ext.scaled_mm(a, b, sa, sb, bias=bias))

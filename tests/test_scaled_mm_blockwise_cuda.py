@@ -1,0 +1,181 @@
+"""The CUTLASS block-wise scaled_mm kernels (1x128 activation groups, 128x128
+weight blocks) on the GPU against a float64 reference that applies every scale
+to its own elements: M across the dispatch buckets, unaligned N and K, output
+dtypes, bias, every configuration, scale layouts, outliers, graphs, compile."""
+import pytest
+import torch
+
+import fp8ext
+from fp8ext import _native
+from fp8ext.recipes import BlockWise, CurrentScaling
+from gemm_cases import (F8, TOLERANCE, block_operands, block_reference, outlier_free, outlier_problem,
+                        rel_error)
+
+pytestmark = pytest.mark.gpu
+
+M_SWEEP = [1, 2, 15, 16, 17, 33, 63, 64, 65, 127, 128, 129, 1000, 4096]
+
+
+@pytest.fixture(autouse=True)
+def _needs_kernels():
+    if not _native.gemm_kernels_run_on(torch.cuda.current_device()):
+        pytest.skip("the CUTLASS sm_90a GEMMs are not built, or this GPU is not sm_90")
+
+
+def check(m, n, k, out_dtype=torch.bfloat16, bias=True, config="auto", seed=0, m_major=True):
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias_t = block_operands(m, n, k, "cuda", out_dtype if bias else None, g, m_major)
+    d = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=out_dtype, bias=bias_t, config=config)
+    assert d.shape == (m, n) and d.dtype == out_dtype and d.is_contiguous()
+    err = rel_error(d, block_reference(a, b, sa, sb, bias_t))
+    assert err < TOLERANCE[out_dtype], f"M={m} N={n} K={k} {out_dtype} config={config}: error {err:.2e}"
+
+
+@pytest.mark.parametrize("m", M_SWEEP)
+def test_m_sweep(m, seed):
+    check(m, 1024, 512, seed=seed)
+
+
+@pytest.mark.parametrize("n,k", [(4095, 512), (1000, 4100), (4096, 1710), (1280, 1710), (8, 16), (24, 16),
+                                 (200, 300), (130, 129)])
+@pytest.mark.parametrize("m", [1, 7, 33, 1000])
+def test_unaligned_n_and_k(m, n, k, seed):
+    check(m, n, k, seed=seed)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("m", [5, 48, 100, 777])
+def test_output_dtypes_and_bias(m, out_dtype, bias, seed):
+    check(m, 520, 640, out_dtype, bias, seed=seed)
+
+
+@pytest.mark.parametrize("config", ["block_large", "block_medium", "block_swap_small", "block_swap_medium"])
+@pytest.mark.parametrize("m", [1, 17, 64, 200, 1000])
+def test_every_config_at_every_size(config, m, seed):
+    check(m, 776, 384, config=config, seed=seed)
+
+
+@pytest.mark.parametrize("config", ["block_large", "block_swap_medium"])
+@pytest.mark.parametrize("out_dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("m", [1, 100])
+def test_fp16_and_fp32_configs(config, out_dtype, m, seed):
+    check(m, 264, 256, out_dtype, config=config, seed=seed)
+
+
+@pytest.mark.parametrize("m", [1, 3, 64, 300])
+def test_row_major_group_scales_take_the_padded_path(m, seed):
+    check(m, 256, 384, m_major=False, seed=seed)
+
+
+def test_quantized_operands_end_to_end(seed):
+    """fp8ext.quantize's group and block scales feed the kernel as they are."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(77, 1000, generator=g).cuda().bfloat16()
+    w = torch.randn(300, 1000, generator=g).cuda().bfloat16()
+    qa, sa = fp8ext.quantize(x, BlockWise(), "activation", pad_k_to=16)
+    qb, sb = fp8ext.quantize(w, BlockWise(), "weight", pad_k_to=16)
+    d = fp8ext.scaled_mm(qa, qb, sa, sb)
+    ref = block_reference(qa[:, :1000], qb[:, :1000], sa, sb, None)
+    assert rel_error(d, ref) < TOLERANCE[torch.bfloat16]
+    assert rel_error(d, x.double() @ w.double().t()) < 0.06  # the FP8 rounding of both operands
+
+
+def test_block_scales_beat_per_tensor_on_outliers(seed):
+    g = torch.Generator().manual_seed(seed)
+    x, w = outlier_problem(256, 512, 1024, g)
+    x, w = x.cuda(), w.cuda()
+    exact = outlier_free(x.double() @ w.double().t())
+    errors = {}
+    for name, recipe in (("block", BlockWise()), ("tensor", CurrentScaling())):
+        qa, sa = fp8ext.quantize(x, recipe, "activation")
+        qb, sb = fp8ext.quantize(w, recipe, "weight")
+        errors[name] = rel_error(outlier_free(fp8ext.scaled_mm(qa, qb, sa, sb, out_dtype=torch.float32)), exact)
+    assert errors["block"] < 0.06 and errors["tensor"] > 10 * errors["block"], errors
+
+
+def test_non_finite_inputs_propagate(seed):
+    """NaN in A poisons its row only; the other rows stay finite and correct."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, _ = block_operands(64, 256, 256, "cuda", generator=g)
+    a[3, 5] = float("nan")
+    d = fp8ext.scaled_mm(a, b, sa, sb)
+    assert torch.isnan(d[3]).all()
+    rows = torch.arange(64, device="cuda") != 3
+    assert rel_error(d[rows], block_reference(a, b, sa, sb, None)[rows]) < TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.parametrize("offset", [0, 8])
+def test_strided_and_offset_operands(offset, seed):
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, _ = block_operands(50, 304, 1024, "cuda", generator=g)
+    a_view = torch.empty(50, 1040, dtype=F8, device="cuda")[:, offset:offset + 1024]
+    a_view.copy_(a)
+    assert rel_error(fp8ext.scaled_mm(a_view, b, sa, sb), block_reference(a, b, sa, sb, None)) < 5e-3
+
+
+def test_empty_and_k0():
+    bias = torch.randn(16, device="cuda", dtype=torch.bfloat16)
+    a = torch.empty(3, 0, dtype=F8, device="cuda")
+    b = torch.empty(16, 0, dtype=F8, device="cuda")
+    # K = 0 has no groups: scales [3, 0] and [1, 0] are the block-wise shapes, but
+    # hold no values, so scaled_mm reads them as one-value scales; either way D = bias.
+    d = torch.ops.fp8ext.scaled_mm_blockwise(a, b, torch.ones(3, 0, device="cuda"), torch.ones(1, 0, device="cuda"),
+                                             bias, torch.bfloat16, 0)
+    assert torch.equal(d, bias.expand(3, 16))
+
+
+def test_cuda_graph_replay_matches_eager(seed):
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = block_operands(16, 2048, 1024, "cuda", torch.bfloat16, g)
+    eager = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+    sb.mul_(2.0)  # scales are read on the device at replay time
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, fp8ext.scaled_mm(a, b, sa, sb, bias=bias)) and not torch.equal(out, eager)
+
+
+def test_compile_fullgraph(seed):
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = block_operands(40, 512, 256, "cuda", torch.bfloat16, g)
+    torch._dynamo.reset()
+    f = torch.compile(lambda *t: fp8ext.scaled_mm(*t[:4], bias=t[4]), fullgraph=True)
+    assert torch.equal(f(a, b, sa, sb, bias), fp8ext.scaled_mm(a, b, sa, sb, bias=bias))
+
+
+def test_fp8_linear_blockwise_matches_the_cpu_reference(seed):
+    """FP8Linear with the block-wise recipe runs the kernel on the GPU and the
+    reference on the CPU: the same codes and scales, so the outputs agree."""
+    g = torch.Generator().manual_seed(seed)
+    linear = torch.nn.Linear(1000, 520, bias=True)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(520, 1000, generator=g) * 0.05)
+    layer = fp8ext.FP8Linear.from_linear(linear, BlockWise())
+    x = torch.randn(3, 33, 1000, generator=g)
+    cpu = layer(x)
+    gpu = layer.cuda()(x.cuda())
+    assert rel_error(gpu.cpu(), cpu.double()) < TOLERANCE[torch.float32]
+
+
+def test_bad_input_raises():
+    a = torch.randn(4, 256, device="cuda").to(F8)
+    b = torch.randn(8, 256, device="cuda").to(F8)
+    sa, sb = torch.ones(4, 2, device="cuda"), torch.ones(1, 2, device="cuda")
+    with pytest.raises(TypeError, match="float8_e4m3fn for the block-wise"):
+        fp8ext.scaled_mm(a.to(torch.float8_e5m2), b, sa, sb)
+    with pytest.raises(ValueError, match=r"scale_a must be one value per 1x128 group"):
+        fp8ext.scaled_mm(a, b, torch.ones(4, 3, device="cuda"), sb)
+    with pytest.raises(ValueError, match="not instantiated"):
+        fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, config="block_medium")
+    with pytest.raises(ValueError, match="config must be one of"):
+        fp8ext.scaled_mm(a, b, sa, sb, config="large")
+    with pytest.raises(ValueError, match="scale_b must be on"):
+        fp8ext.scaled_mm(a, b, sa, torch.ones(1, 2))
