@@ -37,14 +37,30 @@ def group_scales(m, k):
     return storage.t()[:m]
 
 
-def cublas_blockwise(a, sa, sb):
-    """torch._scaled_mm in cuBLASLt's 1x128 x 128x128 mode; None where it refuses."""
-    sa_cublas = sa.t().contiguous().t()  # M-major, column stride exactly M
-    sb_cublas = sb.t().contiguous()      # [K/128, N/128]
+def cublas_layouts(sa, sb):
+    """(name, scale_a, scale_b) for torch._scaled_mm's block-wise mode: the shapes are
+    [M, K/128] and [K/128, N/128]; which strides a torch build takes varies, so the
+    benchmark tries these in turn and records the one that ran."""
+    sa_m_major = sa.t().contiguous().t()  # column stride exactly M
+    return [("a M-major, b K/128-major view", sa_m_major, sb.t()),
+            ("a M-major, b contiguous", sa_m_major, sb.t().contiguous()),
+            ("a row-major, b contiguous", sa.contiguous(), sb.t().contiguous()),
+            ("a row-major, b K/128-major view", sa.contiguous(), sb.t())]
 
-    def call(w):
-        return torch._scaled_mm(a, w.t(), scale_a=sa_cublas, scale_b=sb_cublas, out_dtype=torch.bfloat16)
-    return call
+
+def cublas_blockwise(a, w, sa, sb):
+    """(call, layout name) of torch._scaled_mm in cuBLASLt's 1x128 x 128x128 mode,
+    or (None, why) where every layout is refused (M = 1 among others)."""
+    errors = []
+    for name, scale_a, scale_b in cublas_layouts(sa, sb):
+        def call(weight, scale_a=scale_a, scale_b=scale_b):
+            return torch._scaled_mm(a, weight.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
+        try:
+            call(w)
+            return call, name
+        except RuntimeError as e:
+            errors.append(str(e).splitlines()[0][:60])
+    return None, "; ".join(errors)
 
 
 def bench_row(m, n, k, anchor=True):
@@ -72,12 +88,12 @@ def bench_row(m, n, k, anchor=True):
            "block_vs_per_tensor_time": round(t_ours / t_tensor, 3),
            "timing": "cuda-graph, weights rotated past L2" if graph else "cuda events"}
     if anchor:
-        cublas = cublas_blockwise(a, sa, sb)
-        try:
-            ref = cublas(ws[0]).float()
-        except RuntimeError as e:  # cuBLAS refuses M = 1 (CUBLAS_STATUS_NOT_SUPPORTED)
-            row["anchor"] = f"torch._scaled_mm block-wise: fails ({str(e).splitlines()[0][:80]})"
+        cublas, layout = cublas_blockwise(a, ws[0], sa, sb)
+        if cublas is None:  # cuBLAS refuses M = 1 (CUBLAS_STATUS_NOT_SUPPORTED)
+            row["anchor"] = f"torch._scaled_mm block-wise: fails ({layout})"
             return row
+        row["anchor_scale_layout"] = layout
+        ref = cublas(ws[0]).float()
         diff = ((got - ref).norm() / ref.norm()).item()
         if not diff < 1e-2:
             raise AssertionError(f"{m}x{n}x{k}: ours differs from cuBLAS block-wise by {diff:.2e}")

@@ -71,3 +71,20 @@ def test_only_the_gpu_sections(tmp_path):
     assert cli.main(["report", "--only", "gpu", "--out", str(tmp_path)]) == 0
     md = (tmp_path / "report.md").read_text()
     assert "## 5. GEMM economics" in md and "## 1." not in md and md.count("skipped: no CUDA GPU") == 2
+
+
+def test_serving_section_has_a_decode_and_a_prefill_table():
+    from fp8ext.report import render
+    info = {"gpu": "NVIDIA H200", "torch": "2.9", "commit": "abc123", "date": "2026-11-29", "model": "Llama"}
+    rows = [dict(info, op="serve_decode", mode="bf16", batch=1, context=4096, max_batch_in_budget=120,
+                 budget_gb=80.0, step_ms=7.31, p99_ms=7.5, tokens_per_s=136.8),
+            dict(info, op="serve_decode", mode="bf16", batch=4096, context=4096, max_batch_in_budget=120,
+                 budget_gb=80.0, skipped="the cache does not fit on this GPU"),
+            dict(info, op="serve_prefill", mode="bf16", prompt_tokens=1024, ttft_ms=61.2)]
+    run, tables = render.serving_tables(rows)
+    assert run.startswith("gpu NVIDIA H200, torch 2.9, commit abc123, date 2026-11-29") and "80 GB" in run
+    (_, decode), (_, prefill) = tables
+    md = render.table_md(decode)
+    assert md.startswith("| mode | batch | context | step ms | p99 ms | tok/s | fits in budget |")
+    assert "| bf16 | 1 | 4096 | 7.31 | 7.5 | 136.8 | 120 |" in md and "| skipped |" in md
+    assert render.table_md(prefill) == "| mode | prompt tokens | TTFT ms |\n|---|---|---|\n| bf16 | 1024 | 61.2 |\n"

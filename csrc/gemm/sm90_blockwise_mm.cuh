@@ -117,7 +117,10 @@ struct Sm90BlockwiseMm {
     using StrideA = typename GemmKernel::StrideA;
     using StrideB = typename GemmKernel::StrideB;
     const auto k_blocks = static_cast<int32_t>((p.k + kScaleBlock - 1) / kScaleBlock);
-    const auto act = ActivationScales::make(static_cast<int32_t>(p.m), k_blocks, static_cast<int32_t>(p.ld_scale_a));
+    // The TMA reads a column of group scales in whole 16 bytes: M rounded up to
+    // 4 (ld_scale_a >= that; rows past M scale zero rows of A and are not stored).
+    const auto m4 = static_cast<int32_t>((p.m + 3) / 4 * 4);
+    const auto act = ActivationScales::make(m4, k_blocks, static_cast<int32_t>(p.ld_scale_a));
     const auto weight = WeightScales::make(static_cast<int32_t>((p.n + kScaleBlock - 1) / kScaleBlock), k_blocks,
                                            static_cast<int32_t>(p.ld_scale_b));
     const auto* a = static_cast<const Element*>(p.a);

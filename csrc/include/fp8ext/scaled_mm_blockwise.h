@@ -11,7 +11,9 @@
 // Scale layouts (those of fp8ext's quantize_per_group / quantize_per_block):
 //   scale_a: element (m, kb) at scale_a[kb * ld_scale_a + m], i.e. [ceil(K/128)]
 //            columns of M values (M-major); ld_scale_a >= M and a multiple of 4
-//            (the TMA loads a column in whole 16 bytes), scale_a 16-byte aligned.
+//            (the TMA loads a column in whole 16 bytes, so it reads M rounded up
+//            to 4 values of each column: they must be allocated), scale_a
+//            16-byte aligned.
 //   scale_b: element (nb, kb) at scale_b[nb * ld_scale_b + kb], row-major
 //            [ceil(N/128), ceil(K/128)]; ld_scale_b >= ceil(K/128).
 //

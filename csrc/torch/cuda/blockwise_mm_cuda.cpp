@@ -23,12 +23,15 @@ using cuda::kScaleBlock;
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The 1x128 group scales [M, G] as the kernels read them: M-major with a
-// column stride that is a multiple of 4 (fp8ext's quantize_per_group writes
-// them so); any other layout is copied into one.
+// column stride that is a multiple of 4, and storage for M rounded up to 4
+// values in the last column (fp8ext's quantize_per_group writes them so); any
+// other layout is copied into one.
 at::Tensor group_scales(const at::Tensor& s, int64_t m, int64_t groups) {
   const int64_t ld = round_up(std::max<int64_t>(m, 1), 4);
-  const bool usable = (m <= 1 || s.stride(0) == 1) &&
-                      (groups <= 1 || (s.stride(1) >= m && s.stride(1) % 4 == 0)) && aligned16(s);
+  const int64_t stride = groups <= 1 ? ld : s.stride(1);
+  const int64_t elements = s.storage().nbytes() / static_cast<int64_t>(sizeof(float)) - s.storage_offset();
+  const bool usable = (m <= 1 || s.stride(0) == 1) && stride >= m && stride % 4 == 0 &&
+                      (groups - 1) * stride + ld <= elements && aligned16(s);
   if (usable) return s;
   at::Tensor storage = at::zeros({groups, ld}, s.options());
   storage.narrow(1, 0, m).copy_(s.t());

@@ -148,7 +148,8 @@ def _gpu_sections(out_dir: str, quick: bool) -> list:
         _log("6/6 serving (fp8ext bench serve --quick)")
         from fp8ext.serving import bench
         rows = bench.run(os.path.join(out_dir, "serve"), quick=True)
-        out.append(("6. Serving", "Llama-3.1-8B shape, random weights, context 4096.", [("Decode", rows)], []))
+        run, tables = render.serving_tables(rows)
+        out.append(("6. Serving", f"Llama-3.1-8B shape, random weights.\n\n{run}", tables, []))
     except Exception:
         out.append(("6. Serving", "failed: " + traceback.format_exc(limit=3), [], []))
     return out

@@ -32,6 +32,22 @@ def table_html(rows: list) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def serving_tables(rows: list) -> tuple:
+    """`fp8ext bench serve` rows as (a line naming the run, [(caption, rows)]):
+    a decode table and a prefill table with the columns each op has."""
+    run = ", ".join(f"{key} {rows[0][key]}" for key in ("gpu", "torch", "commit", "date") if rows and key in rows[0])
+    budget = next((r["budget_gb"] for r in rows if "budget_gb" in r), None)
+    if budget is not None:
+        run += f"; fits in budget: sequences of that context whose KV cache fits next to the weights in {budget:g} GB"
+    decode = [{"mode": r["mode"], "batch": r["batch"], "context": r["context"],
+               "step ms": r.get("step_ms", "skipped" if "skipped" in r else "-"), "p99 ms": r.get("p99_ms", "-"),
+               "tok/s": r.get("tokens_per_s", "-"), "fits in budget": r.get("max_batch_in_budget", "-")}
+              for r in rows if r["op"] == "serve_decode"]
+    prefill = [{"mode": r["mode"], "prompt tokens": r["prompt_tokens"], "TTFT ms": r["ttft_ms"]}
+               for r in rows if r["op"] == "serve_prefill"]
+    return run, [("Decode", decode), ("Prefill", prefill)]
+
+
 def _plt():
     import matplotlib
     matplotlib.use("Agg")

@@ -3,8 +3,8 @@ fp8ext.parallel's shards. Each rank keeps 1/world of the query and KV heads
 (the fused QKV projection is split per part, column-parallel; the output
 projection row-parallel) and 1/world of the MLP's intermediate features
 (gate_up column-parallel, down row-parallel), so a decoder layer costs two
-output all-reduces (and two one-value or M-value amax all-reduces with current
-per-tensor or per-token scaling). Embeddings, norms and the LM head stay whole on every rank.
+output all-reduces (row shards quantize with their own activation scales, no
+collective before the GEMM). Embeddings, norms and the LM head stay whole on every rank.
 Each rank runs its own Engine and PagedKVCache (its KV heads only) over the
 same request stream: the schedule is deterministic, so the collectives line
 up, and every rank samples the same tokens from identical logits."""
