@@ -107,18 +107,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--full", action="store_true", help="the whole suite (default: 8B layers and the cube)")
+    ap.add_argument("--large-m", action="store_true", help="only M >= 1024 (scheduler tuning)")
     args = ap.parse_args()
     layers = list(NK) if args.full else [k for k in NK if k.startswith("8b") or k == "cube"]
+    ms = [m for m in (M_FULL if args.full else M_QUICK) if m >= 1024 or not args.large_m]
     rows = []
     for layer in layers:
         n, k = NK[layer]
-        for m in (M_FULL if args.full else M_QUICK):
+        for m in ms:
             torch.manual_seed(0)
             rows.append({"layer": layer, **bench_row(m, n, k)})
             torch.cuda.empty_cache()
-        write_results(args.out, "gemm_blockwise", rows)  # partial results survive a time limit
+        write_results(args.out, "gemm_blockwise" + os.environ.get("FP8EXT_BENCH_TAG", ""), rows)  # partial results
     rows.append({"layer": "cube", **bench_row(8192, 8192, 8192)})
-    for (m, n, k), (am, an, ak) in UNALIGNED:
+    for (m, n, k), (am, an, ak) in ([] if args.large_m else UNALIGNED):
         unaligned, aligned = bench_row(m, n, k, anchor=False), bench_row(am, an, ak, anchor=False)
         rows.append({"layer": "unaligned", **unaligned, "aligned_shape": aligned["shape"],
                      "slowdown_vs_aligned": round(unaligned["ours_ms"] / aligned["ours_ms"], 3)})
@@ -133,7 +135,8 @@ def main():
                "min_weight_TBps_m_le_64": min(small) if small else None,
                "TFLOPs_8192_cube": cube[0]["ours_TFLOPs"] if cube else None}
     rows.append(summary)
-    path = write_results(args.out, "gemm_blockwise", rows)
+    name = "gemm_blockwise" + os.environ.get("FP8EXT_BENCH_TAG", "")
+    path = write_results(args.out, name, rows)
     print(f"wrote {path}")
     print_table([r for r in rows if r.get("op") == "scaled_mm_blockwise"],
                 ["layer", "shape", "ours_ms", "anchor_ms", "ratio", "ours_TFLOPs", "anchor_TFLOPs",

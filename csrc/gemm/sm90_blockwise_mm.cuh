@@ -150,11 +150,19 @@ struct Sm90BlockwiseMm {
     cutlass::KernelHardwareInfo hw;
     hw.device_id = current_device_info().device;
     hw.sm_count = current_device_info().sm_count;
-    return typename Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGemm,
-                                    {m, n, k, 1},
-                                    mainloop_arguments(p),
-                                    {fusion, nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d},
-                                    hw};
+    typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                                  {m, n, k, 1},
+                                  mainloop_arguments(p),
+                                  {fusion, nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d},
+                                  hw};
+    // Swizzled groups of tiles keep long-K panels in L2, as for the per-tensor
+    // kernels (FP8EXT_GEMM_SWIZZLE / FP8EXT_GEMM_RASTER override, for tuning).
+    const TuningOverrides& tune = tuning_overrides();
+    using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
+    args.scheduler.max_swizzle_size =
+        tune.swizzle ? tune.swizzle : (k >= 8192 ? swizzle_without_idle_tiles<Tile, typename Cfg::Cluster>(m, n, 4) : 1);
+    args.scheduler.raster_order = tune.raster == 1 ? Raster::AlongM : tune.raster == 2 ? Raster::AlongN : Raster::Heuristic;
+    return args;
   }
 };
 

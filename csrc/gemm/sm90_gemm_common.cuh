@@ -20,6 +20,8 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/kernel_hardware_info.h>
 
+#include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "fp8ext/cuda_launch.h"
@@ -41,6 +43,40 @@ inline cudaError_t launch_result(cutlass::Status status) {
   const cudaError_t err = cudaGetLastError();
   if (status == cutlass::Status::kSuccess) return err;
   return err != cudaSuccess ? err : cudaErrorLaunchFailure;
+}
+
+// Run-time knobs for dispatch tuning only (environment, read once per process;
+// 0 = the built-in choice): FP8EXT_GEMM_SWIZZLE (tile scheduler swizzle,
+// 1/2/4/8), FP8EXT_GEMM_RASTER (0 heuristic, 1 along M, 2 along N),
+// FP8EXT_GEMM_PROMOTION (MMAs of K = 32 between fp32 promotions).
+struct TuningOverrides {
+  int swizzle = 0, raster = 0, promotion = 0;
+};
+inline int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+inline const TuningOverrides& tuning_overrides() {
+  static const TuningOverrides t{env_int("FP8EXT_GEMM_SWIZZLE", 0), env_int("FP8EXT_GEMM_RASTER", 0),
+                                 env_int("FP8EXT_GEMM_PROMOTION", 0)};
+  return t;
+}
+
+// CUTLASS's scheduler rounds both tile counts up to a multiple of swizzle x
+// cluster and gives the padding tiles their own slots: with 2 tile rows
+// (M = 256) swizzle 4 doubled the work (256x8192x8192: 63 us, cuBLAS 28).
+// The largest swizzle <= `wanted` that adds at most 3% of idle tiles.
+template <class Tile, class Cluster>
+int swizzle_without_idle_tiles(int m, int n, int wanted) {
+  const int tiles_m = (m + cute::size<0>(Tile{}) - 1) / cute::size<0>(Tile{});
+  const int tiles_n = (n + cute::size<1>(Tile{}) - 1) / cute::size<1>(Tile{});
+  constexpr int kClusterM = cute::size<0>(Cluster{}), kClusterN = cute::size<1>(Cluster{});
+  auto padded = [](int tiles, int multiple) { return static_cast<int64_t>((tiles + multiple - 1) / multiple * multiple); };
+  const int64_t base = padded(tiles_m, kClusterM) * padded(tiles_n, kClusterN);
+  for (int s = wanted; s > 1; s /= 2) {
+    if (padded(tiles_m, s * kClusterM) * padded(tiles_n, s * kClusterN) * 100 <= base * 103) return s;
+  }
+  return 1;
 }
 
 // Checks, initializes and launches a CUTLASS device GEMM (with PDL when on).

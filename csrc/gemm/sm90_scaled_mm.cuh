@@ -82,23 +82,6 @@ struct ConfigOf<GemmConfig::kLargeClusterN>
     : TileConfig<Shape<_128, _128, _128>, Shape<_1, _2, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                  cutlass::epilogue::TmaWarpSpecializedCooperative, false, 8> {};
 
-// Run-time knobs for dispatch tuning only (environment, read once per process;
-// 0 = the built-in choice): FP8EXT_GEMM_SWIZZLE (tile scheduler swizzle,
-// 1/2/4/8), FP8EXT_GEMM_RASTER (0 heuristic, 1 along M, 2 along N),
-// FP8EXT_GEMM_PROMOTION (MMAs of K = 32 between fp32 promotions).
-struct TuningOverrides {
-  int swizzle = 0, raster = 0, promotion = 0;
-};
-inline int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
-inline const TuningOverrides& tuning_overrides() {
-  static const TuningOverrides t{env_int("FP8EXT_GEMM_SWIZZLE", 0), env_int("FP8EXT_GEMM_RASTER", 0),
-                                 env_int("FP8EXT_GEMM_PROMOTION", 0)};
-  return t;
-}
-
 // Whether a mainloop's arguments carry the fp32 promotion interval (the FP8
 // mainloop without fast accumulation).
 template <class Args, class = void>
@@ -197,25 +180,9 @@ struct Sm90ScaledMm {
     using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
     // Tiles in swizzled groups of 4 keep a long-K problem's panels in L2: on
     // the H200 +9% at 8192^3 and +2.5% at K = 14336, -1% at K = 4096.
-    args.scheduler.max_swizzle_size = tune.swizzle ? tune.swizzle : (k >= 8192 ? swizzle_without_idle_tiles(m, n, 4) : 1);
+    args.scheduler.max_swizzle_size = tune.swizzle ? tune.swizzle : (k >= 8192 ? swizzle_without_idle_tiles<Tile, typename Cfg::Cluster>(m, n, 4) : 1);
     args.scheduler.raster_order = tune.raster == 1 ? Raster::AlongM : tune.raster == 2 ? Raster::AlongN : Raster::Heuristic;
     return args;
-  }
-
-  // CUTLASS's scheduler rounds both tile counts up to a multiple of swizzle x
-  // cluster and gives the padding tiles their own slots: with 2 tile rows
-  // (M = 256) swizzle 4 doubled the work (256x8192x8192: 63 us, cuBLAS 28).
-  // The largest swizzle <= `wanted` that adds at most 3% of idle tiles.
-  static int swizzle_without_idle_tiles(int m, int n, int wanted) {
-    const int tiles_m = (m + size<0>(Tile{}) - 1) / size<0>(Tile{});
-    const int tiles_n = (n + size<1>(Tile{}) - 1) / size<1>(Tile{});
-    constexpr int kClusterM = size<0>(typename Cfg::Cluster{}), kClusterN = size<1>(typename Cfg::Cluster{});
-    auto padded = [](int tiles, int multiple) { return static_cast<int64_t>((tiles + multiple - 1) / multiple * multiple); };
-    const int64_t base = padded(tiles_m, kClusterM) * padded(tiles_n, kClusterN);
-    for (int s = wanted; s > 1; s /= 2) {
-      if (padded(tiles_m, s * kClusterM) * padded(tiles_n, s * kClusterN) * 100 <= base * 103) return s;
-    }
-    return 1;
   }
 };
 
