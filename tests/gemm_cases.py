@@ -81,3 +81,19 @@ def outlier_problem(m, n, k, generator, factor=1e5):
 def outlier_free(d: torch.Tensor) -> torch.Tensor:
     """The outputs the outliers do not touch: tokens >= 4, channels past the first block."""
     return d[4:, BLOCK:]
+
+
+def outlier_errors(m, n, k, device, seed):
+    """Relative error of the outputs the outliers do not touch, block-wise vs
+    per-tensor current scaling (both through fp8ext.quantize and scaled_mm)."""
+    import fp8ext
+    from fp8ext.recipes import BlockWise, CurrentScaling
+    x, w = outlier_problem(m, n, k, torch.Generator().manual_seed(seed))
+    x, w = x.to(device), w.to(device)
+    exact = outlier_free(x.double() @ w.double().t())
+    errors = {}
+    for name, recipe in (("block", BlockWise()), ("tensor", CurrentScaling())):
+        qa, sa = fp8ext.quantize(x, recipe, "activation")
+        qb, sb = fp8ext.quantize(w, recipe, "weight")
+        errors[name] = rel_error(outlier_free(fp8ext.scaled_mm(qa, qb, sa, sb, out_dtype=torch.float32)), exact)
+    return errors

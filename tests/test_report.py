@@ -2,10 +2,12 @@
 written, plots non-empty, and the tables hold the numbers the library
 computes (not re-typed ones)."""
 import importlib.util
+import json
 import os
 import re
 
 import pytest
+import torch
 
 from fp8ext import formats
 from fp8ext.kv_cache import capacity_tokens
@@ -88,3 +90,33 @@ def test_serving_section_has_a_decode_and_a_prefill_table():
     assert md.startswith("| mode | batch | context | step ms | p99 ms | tok/s | fits in budget |")
     assert "| bf16 | 1 | 4096 | 7.31 | 7.5 | 136.8 | 120 |" in md and "| skipped |" in md
     assert render.table_md(prefill) == "| mode | prompt tokens | TTFT ms |\n|---|---|---|\n| bf16 | 1024 | 61.2 |\n"
+
+
+def test_serving_curves_plot_from_recorded_rows(tmp_path):
+    """The serving plot draws the benchmark's rows (here the recorded H200 run)."""
+    pytest.importorskip("matplotlib", reason="matplotlib draws the plots")
+    from fp8ext.report import gpu
+    path = os.path.join(os.path.dirname(__file__), "..", "bench", "results", "serve_2026-11-29_h200_quick_run2.json")
+    with open(path) as f:
+        rows = json.load(f)
+    gpu.plot_serving(rows, str(tmp_path / "serving.png"))
+    assert (tmp_path / "serving.png").stat().st_size > 5_000
+
+
+def test_another_llama_checkpoint_with_model(tmp_path):
+    """--model takes a local Hugging Face Llama folder (here a tiny random one with
+    SmolLM2's tokenizer); other architectures and missing folders are refused."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from fp8ext import cli, evaluation
+    tok = AutoTokenizer.from_pretrained(evaluation.smollm2_dir(), gguf_file=evaluation.GGUF_FILE)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model_dir = tmp_path / "tiny-llama"
+    LlamaForCausalLM(cfg).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    out = tmp_path / "out"
+    assert cli.main(["report", "--quick", "--only", "cpu", "--model", str(model_dir), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "FP8 serving study on tiny-llama" in md and "| 1 |" in md  # its 2 blocks in the sensitivity table
+    assert cli.main(["report", "--model", str(tmp_path / "missing")]) == 2

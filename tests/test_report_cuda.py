@@ -8,6 +8,12 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 RESULTS = os.path.join(os.path.dirname(__file__), "..", "bench", "results", "gemm_2026-11-29_h200_run7_pdl_configs.json")
+BLOCKWISE = os.path.join(os.path.dirname(__file__), "..", "bench", "results", "gemm_blockwise_2026-11-29_h200_run2.json")
+
+
+def recorded_blockwise_tflops() -> float:
+    with open(BLOCKWISE) as f:
+        return next(r["ours_TFLOPs"] for r in json.load(f) if r.get("shape") == "4096x4096x4096")
 
 
 def test_gpu_sections_run_and_agree_with_bench_results(tmp_path):
@@ -21,6 +27,12 @@ def test_gpu_sections_run_and_agree_with_bench_results(tmp_path):
                         and r["config"] == "auto" and r["accumulation"] == "promoted")
     # Compute-bound, so L2 reuse (the report does not rotate weights) does not matter here.
     assert 0.85 < ours["TFLOP/s"] / recorded["ours_TFLOPs"] < 1.15, (ours, recorded["ours_TFLOPs"])
+    kernels = {r["kernel"] for r in rows}
+    for scales in ("per-tensor", "row-wise", "block-wise"):  # ours and cuBLAS side by side
+        assert {f"fp8 {scales} (fp8ext)", f"fp8 {scales} (cuBLAS)"} <= kernels
+    block = next(r for r in rows if (r["M"], r["N"], r["K"]) == (4096, 4096, 4096)
+                 and r["kernel"] == "fp8 block-wise (fp8ext)")
+    assert 0.85 < block["TFLOP/s"] / recorded_blockwise_tflops() < 1.15, block
     gpu.plot_roofline(rows, str(tmp_path / "roofline.png"))
     assert (tmp_path / "roofline.png").stat().st_size > 5_000
     for r in gpu.unaligned_cost():

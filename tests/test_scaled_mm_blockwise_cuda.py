@@ -7,9 +7,8 @@ import torch
 
 import fp8ext
 from fp8ext import _native
-from fp8ext.recipes import BlockWise, CurrentScaling
-from gemm_cases import (F8, TOLERANCE, block_operands, block_reference, outlier_free, outlier_problem,
-                        rel_error)
+from fp8ext.recipes import BlockWise
+from gemm_cases import F8, TOLERANCE, block_operands, block_reference, outlier_errors, rel_error
 
 pytestmark = pytest.mark.gpu
 
@@ -82,15 +81,7 @@ def test_quantized_operands_end_to_end(seed):
 
 
 def test_block_scales_beat_per_tensor_on_outliers(seed):
-    g = torch.Generator().manual_seed(seed)
-    x, w = outlier_problem(256, 512, 1024, g)
-    x, w = x.cuda(), w.cuda()
-    exact = outlier_free(x.double() @ w.double().t())
-    errors = {}
-    for name, recipe in (("block", BlockWise()), ("tensor", CurrentScaling())):
-        qa, sa = fp8ext.quantize(x, recipe, "activation")
-        qb, sb = fp8ext.quantize(w, recipe, "weight")
-        errors[name] = rel_error(outlier_free(fp8ext.scaled_mm(qa, qb, sa, sb, out_dtype=torch.float32)), exact)
+    errors = outlier_errors(256, 512, 1024, "cuda", seed)
     assert errors["block"] < 0.06 and errors["tensor"] > 10 * errors["block"], errors
 
 

@@ -18,16 +18,13 @@
 
 #include "blockwise_mm_kernels.h"
 #include "fp8ext/cuda_launch.h"
+#include "gemm_shape_checks.h"
 #include "fp8ext/scaled_mm_blockwise.h"
 
 namespace fp8ext::cuda {
 namespace {
 
 using gemm::BlockwiseKernel;
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-int64_t element_bytes(DType d) { return d == DType::kFloat32 ? 4 : 2; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -71,17 +68,9 @@ const char* blockwise_config_name(BlockwiseConfig config) {
 }
 
 const char* blockwise_mm_unsupported_reason(const BlockwiseMmProblem& p) {
-  if (p.m <= 0 || p.n <= 0 || p.k <= 0) return "M, N and K must be positive";
-  if (p.m > INT32_MAX || p.n > INT32_MAX || p.k > INT32_MAX) return "M, N and K must fit in 32 bits";
-  if (p.k % 16 != 0) return "K must be a multiple of 16 (pad it with zeros)";
-  if (p.lda < p.k || p.ldb < p.k || p.lda % 16 != 0 || p.ldb % 16 != 0)
-    return "the row strides of A and B must be multiples of 16 and at least K";
-  if ((p.n * element_bytes(p.d_dtype)) % 16 != 0)
-    return "N must be a multiple of 16 bytes of D (8 for bf16/fp16, 4 for fp32): pad B's rows";
-  if (p.ldd < p.n || (p.ldd * element_bytes(p.d_dtype)) % 16 != 0)
-    return "the row stride of D must be at least N and a multiple of 16 bytes";
-  if (!aligned16(p.a) || !aligned16(p.b) || !aligned16(p.d) || (p.bias && !aligned16(p.bias)))
-    return "A, B, D and the bias must start 16-byte aligned";
+  if (const char* why = tma_gemm_unsupported_reason(p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.d_dtype, p.a, p.b, p.d,
+                                                     p.bias))
+    return why;
   if (!p.scale_a || !p.scale_b) return "both scales are required";
   if (p.ld_scale_a < p.m || p.ld_scale_a % 4 != 0 || !aligned16(p.scale_a))
     return "scale_a must be M-major with a column stride >= M and a multiple of 4, 16-byte aligned";

@@ -35,6 +35,7 @@
 #include <cstdint>
 
 #include "fp8ext/cuda_launch.h"
+#include "gemm_shape_checks.h"
 #include "fp8ext/scaled_mm.h"
 #include "scaled_mm_kernels.h"
 
@@ -43,12 +44,8 @@ namespace {
 
 using gemm::Kernel;
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // SMs of the current device (132 on an H200).
 int64_t sm_count() { return current_device_info().sm_count; }
-
-int64_t element_bytes(DType d) { return d == DType::kFloat32 ? 4 : 2; }
 
 // The configurations instantiated for each type combination (see the header).
 bool has_config(const ScaledMmProblem& p, GemmConfig c) {
@@ -145,17 +142,9 @@ const char* gemm_config_name(GemmConfig config) {
 }
 
 const char* scaled_mm_unsupported_reason(const ScaledMmProblem& p) {
-  if (p.m <= 0 || p.n <= 0 || p.k <= 0) return "M, N and K must be positive";
-  if (p.m > INT32_MAX || p.n > INT32_MAX || p.k > INT32_MAX) return "M, N and K must fit in 32 bits";
-  if (p.k % 16 != 0) return "K must be a multiple of 16 (pad it with zeros)";
-  if (p.lda < p.k || p.ldb < p.k || p.lda % 16 != 0 || p.ldb % 16 != 0)
-    return "the row strides of A and B must be multiples of 16 and at least K";
-  if ((p.n * element_bytes(p.d_dtype)) % 16 != 0)
-    return "N must be a multiple of 16 bytes of D (8 for bf16/fp16, 4 for fp32): pad B's rows";
-  if (p.ldd < p.n || (p.ldd * element_bytes(p.d_dtype)) % 16 != 0)
-    return "the row stride of D must be at least N and a multiple of 16 bytes";
-  if (!aligned16(p.a) || !aligned16(p.b) || !aligned16(p.d) || (p.bias && !aligned16(p.bias)))
-    return "A, B, D and the bias must start 16-byte aligned";
+  if (const char* why = tma_gemm_unsupported_reason(p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.d_dtype, p.a, p.b, p.d,
+                                                     p.bias))
+    return why;
   if (!p.scale_a || !p.scale_b) return "both scales are required";
   if (p.a_format == Fp8Format::kE5M2 && p.b_format == Fp8Format::kE4M3)
     return "E5M2 x E4M3 is not instantiated (swap the operands: D^T = B A^T)";

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import torch
@@ -75,10 +76,15 @@ def main(argv=None) -> int:
     p_report.add_argument("--out", default="fp8ext-report", help="output folder")
     p_report.add_argument("--quick", action="store_true", help="small slices (about 5 minutes on 2 CPU cores)")
     p_report.add_argument("--only", choices=("cpu", "gpu"), help="only the model (CPU) or the GPU sections")
+    p_report.add_argument("--model", help="a local Hugging Face Llama checkpoint folder (default: SmolLM2-135M)")
     args = parser.parse_args(argv)
     if args.command == "report":
         from fp8ext.report import build_report
-        build_report(args.out, quick=args.quick, only=args.only)
+        if args.model is not None and not os.path.isdir(args.model):
+            print(f"fp8ext report: --model must be a local Hugging Face checkpoint folder, got {args.model!r}",
+                  file=sys.stderr)
+            return 2
+        build_report(args.out, quick=args.quick, only=args.only, model=args.model)
         return 0
     if args.command == "bench":
         from fp8ext.serving import bench

@@ -56,6 +56,24 @@ def load_smollm2():
     return model.eval(), tokenizer
 
 
+def load_model(path: str | None = None):
+    """(model, tokenizer, name): the default SmolLM2-135M, or a local Hugging Face
+    checkpoint folder (model and tokenizer, Llama architecture) as float32 in eval mode."""
+    if path is None:
+        return (*load_smollm2(), "SmolLM2-135M")
+    try:
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    except ImportError as e:
+        raise RuntimeError("transformers is needed to load --model: pip install transformers") from e
+    if not os.path.isdir(path):
+        raise ValueError(f"model must be a local Hugging Face checkpoint folder, got {path!r}")
+    model_type = AutoConfig.from_pretrained(path).model_type
+    if model_type != "llama":
+        raise ValueError(f"model must be a Llama-architecture checkpoint (LlamaForCausalLM), got {model_type!r}")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return model.eval(), AutoTokenizer.from_pretrained(path), os.path.basename(os.path.normpath(path))
+
+
 def token_windows(tokenizer, text: str, window: int = 512, max_tokens: int = 8192) -> torch.Tensor:
     """[num_windows, window] token ids: the first max_tokens tokens, non-overlapping windows."""
     ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids[0]

@@ -61,34 +61,17 @@ cudaError_t launch(const cuda::BlockwiseMmProblem& p, int64_t config, const at::
 at::Tensor scaled_mm_blockwise_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                                     const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
                                     at::ScalarType out_dtype, int64_t config) {
-  TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "a and b must be 2-D ([M, K] and [N, K]), got ", a.dim(),
-                    "-D and ", b.dim(), "-D");
   TORCH_CHECK_TYPE(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn,
                    "a and b must be torch.float8_e4m3fn for the block-wise kernels, got ", a.scalar_type(), " and ",
                    b.scalar_type());
-  TORCH_CHECK_VALUE(a.is_cuda() && b.device() == a.device(), "a and b must be on the same CUDA device, got ",
-                    a.device(), " and ", b.device());
-  TORCH_CHECK_VALUE(a.size(1) == b.size(1), "a and b must share K (a: [M, K], b: [N, K]), got ", a.sizes(),
-                    " and ", b.sizes());
-  TORCH_CHECK_TYPE(out_dtype == at::kBFloat16 || out_dtype == at::kHalf || out_dtype == at::kFloat,
-                   "out_dtype must be bfloat16, float16 or float32, got ", out_dtype);
+  check_gemm_operands(a, b, out_dtype);
   TORCH_CHECK_VALUE(config >= 0 && config <= static_cast<int64_t>(BlockwiseConfig::kLastConfig),
                     "config must be 0 (auto) to ", static_cast<int>(BlockwiseConfig::kLastConfig), ", got ", config);
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
   const int64_t groups = ceil_div(k, kScaleBlock);
   check_block_scale(scale_a, "scale_a", m, groups, "one value per 1x128 group of a:", a);
   check_block_scale(scale_b, "scale_b", ceil_div(n, kScaleBlock), groups, "one value per 128x128 block of b:", a);
-  if (bias) {
-    TORCH_CHECK_TYPE(bias->scalar_type() == out_dtype, "bias must have out_dtype (", out_dtype, "), got ",
-                     bias->scalar_type());
-    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == n && bias->device() == a.device(),
-                      "bias must be [N] = [", n, "] on ", a.device(), ", got ", bias->sizes(), " on ",
-                      bias->device());
-  }
-  int major = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, a.get_device());
-  TORCH_CHECK(major == 9, "fp8ext.scaled_mm (block-wise): the CUTLASS kernels are built for sm_90a (H100/H200), "
-              "this GPU is sm_", major, "x");
+  check_bias_and_gpu(bias, n, out_dtype, a, "fp8ext.scaled_mm (block-wise)");
   c10::cuda::CUDAGuard guard(a.device());
 
   at::Tensor out = at::empty({m, n}, a.options().dtype(out_dtype));

@@ -1,13 +1,43 @@
-// Operands as the CUTLASS GEMMs need them (shared by scaled_mm_cuda.cpp and
-// blockwise_mm_cuda.cpp): what is already usable passes through, anything else
-// is copied into a zero-padded buffer (the documented cost of the padded path).
+// What the two CUDA GEMM ops (scaled_mm_cuda.cpp, blockwise_mm_cuda.cpp) share:
+// their common argument checks, and operands as the CUTLASS kernels need them
+// (what is already usable passes through, anything else is copied into a
+// zero-padded buffer: the documented cost of the padded path).
 #pragma once
 
 #include <ATen/ATen.h>
+#include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 
 namespace fp8ext::torch_ops {
+
+// a [M, K] and b [N, K] on one CUDA device, and the output dtype.
+inline void check_gemm_operands(const at::Tensor& a, const at::Tensor& b, at::ScalarType out_dtype) {
+  TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "a and b must be 2-D ([M, K] and [N, K]), got ", a.dim(),
+                    "-D and ", b.dim(), "-D");
+  TORCH_CHECK_VALUE(a.is_cuda() && b.device() == a.device(), "a and b must be on the same CUDA device, got ",
+                    a.device(), " and ", b.device());
+  TORCH_CHECK_VALUE(a.size(1) == b.size(1), "a and b must share K (a: [M, K], b: [N, K]), got ", a.sizes(),
+                    " and ", b.sizes());
+  TORCH_CHECK_TYPE(out_dtype == at::kBFloat16 || out_dtype == at::kHalf || out_dtype == at::kFloat,
+                   "out_dtype must be bfloat16, float16 or float32, got ", out_dtype);
+}
+
+// The bias ([N] in out_dtype, on a's device), and a GPU the sm_90a kernels run on.
+inline void check_bias_and_gpu(const std::optional<at::Tensor>& bias, int64_t n, at::ScalarType out_dtype,
+                               const at::Tensor& a, const char* op) {
+  if (bias) {
+    TORCH_CHECK_TYPE(bias->scalar_type() == out_dtype, "bias must have out_dtype (", out_dtype, "), got ",
+                     bias->scalar_type());
+    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == n && bias->device() == a.device(),
+                      "bias must be [N] = [", n, "] on ", a.device(), ", got ", bias->sizes(), " on ",
+                      bias->device());
+  }
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, a.get_device());
+  TORCH_CHECK(major == 9, op, ": the CUTLASS kernels are built for sm_90a (H100/H200), this GPU is sm_", major, "x");
+}
 
 inline bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 

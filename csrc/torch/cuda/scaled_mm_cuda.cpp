@@ -43,32 +43,15 @@ cudaError_t launch(const cuda::ScaledMmProblem& p, int64_t config, const at::Ten
 at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
                           const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
                           at::ScalarType out_dtype, int64_t config, bool use_fast_accum) {
-  TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "a and b must be 2-D ([M, K] and [N, K]), got ", a.dim(),
-                    "-D and ", b.dim(), "-D");
   const Fp8Format fa = to_fp8_format(a.scalar_type(), "a");
   const Fp8Format fb = to_fp8_format(b.scalar_type(), "b");
-  TORCH_CHECK_VALUE(a.is_cuda() && b.device() == a.device(), "a and b must be on the same CUDA device, got ",
-                    a.device(), " and ", b.device());
-  TORCH_CHECK_VALUE(a.size(1) == b.size(1), "a and b must share K (a: [M, K], b: [N, K]), got ", a.sizes(),
-                    " and ", b.sizes());
-  TORCH_CHECK_TYPE(out_dtype == at::kBFloat16 || out_dtype == at::kHalf || out_dtype == at::kFloat,
-                   "out_dtype must be bfloat16, float16 or float32, got ", out_dtype);
+  check_gemm_operands(a, b, out_dtype);
   TORCH_CHECK_VALUE(config >= 0 && config <= static_cast<int64_t>(GemmConfig::kLastConfig),
                     "config must be 0 (auto) to ", static_cast<int>(GemmConfig::kLastConfig), ", got ", config);
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
   auto [sa, sa_vec] = check_scale(scale_a, m, "scale_a", "a", a);
   auto [sb, sb_vec] = check_scale(scale_b, n, "scale_b", "b", a);
-  if (bias) {
-    TORCH_CHECK_TYPE(bias->scalar_type() == out_dtype, "bias must have out_dtype (", out_dtype, "), got ",
-                     bias->scalar_type());
-    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == n && bias->device() == a.device(),
-                      "bias must be [N] = [", n, "] on ", a.device(), ", got ", bias->sizes(), " on ",
-                      bias->device());
-  }
-  int major = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, a.get_device());
-  TORCH_CHECK(major == 9, "fp8ext.scaled_mm: the CUTLASS kernels are built for sm_90a (H100/H200), this GPU is sm_",
-              major, "x; fp8ext.scaled_mm falls back to the reference there");
+  check_bias_and_gpu(bias, n, out_dtype, a, "fp8ext.scaled_mm");
   c10::cuda::CUDAGuard guard(a.device());
 
   at::Tensor out = at::empty({m, n}, a.options().dtype(out_dtype));

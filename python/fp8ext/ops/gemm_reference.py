@@ -30,21 +30,29 @@ def _check_scale(s, rows: int, name: str, operand: str, like: torch.Tensor) -> b
     return True
 
 
-def check_scaled_mm_args(a, b, scale_a, scale_b, bias, out_dtype, config) -> None:
+def _check_operands(a, b, out_dtype, check_dtypes) -> None:
+    """What both GEMM ops check: a [M, K] and b [N, K] on one device (check_dtypes
+    runs after the dimensions, as in the CUDA ops), and the output dtype."""
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"a and b must be 2-D ([M, K] and [N, K]), got {a.dim()}-D and {b.dim()}-D")
-    for name, t in (("a", a), ("b", b)):
-        if t.dtype not in FP8_DTYPES:
-            raise TypeError(f"{name} must be torch.float8_e4m3fn or torch.float8_e5m2, got {t.dtype}")
+    check_dtypes()
     if b.device != a.device:
         raise ValueError(f"a and b must be on the same device, got {a.device} and {b.device}")
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"a and b must share K (a: [M, K], b: [N, K]), got {tuple(a.shape)} and {tuple(b.shape)}")
     if out_dtype not in OUT_DTYPES:
         raise TypeError(f"out_dtype must be bfloat16, float16 or float32, got {out_dtype}")
+
+
+def check_scaled_mm_args(a, b, scale_a, scale_b, bias, out_dtype, config) -> None:
+    def fp8_operands():
+        for name, t in (("a", a), ("b", b)):
+            if t.dtype not in FP8_DTYPES:
+                raise TypeError(f"{name} must be torch.float8_e4m3fn or torch.float8_e5m2, got {t.dtype}")
+    _check_operands(a, b, out_dtype, fp8_operands)
     if not 0 <= config <= MAX_CONFIG:
         raise ValueError(f"config must be 0 (auto) to {MAX_CONFIG}, got {config}")
     _check_scale(scale_a, a.shape[0], "scale_a", "a", a)
@@ -93,20 +101,11 @@ def is_blockwise(b: torch.Tensor, scale_b) -> bool:
 
 
 def check_blockwise_args(a, b, scale_a, scale_b, bias, out_dtype, config) -> None:
-    for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if a.dim() != 2 or b.dim() != 2:
-        raise ValueError(f"a and b must be 2-D ([M, K] and [N, K]), got {a.dim()}-D and {b.dim()}-D")
-    if a.dtype != torch.float8_e4m3fn or b.dtype != torch.float8_e4m3fn:
-        raise TypeError(f"a and b must be torch.float8_e4m3fn for the block-wise kernels, got {a.dtype} and "
-                        f"{b.dtype}")
-    if b.device != a.device:
-        raise ValueError(f"a and b must be on the same device, got {a.device} and {b.device}")
-    if a.shape[1] != b.shape[1]:
-        raise ValueError(f"a and b must share K (a: [M, K], b: [N, K]), got {tuple(a.shape)} and {tuple(b.shape)}")
-    if out_dtype not in OUT_DTYPES:
-        raise TypeError(f"out_dtype must be bfloat16, float16 or float32, got {out_dtype}")
+    def e4m3_operands():
+        if a.dtype != torch.float8_e4m3fn or b.dtype != torch.float8_e4m3fn:
+            raise TypeError(f"a and b must be torch.float8_e4m3fn for the block-wise kernels, got {a.dtype} and "
+                            f"{b.dtype}")
+    _check_operands(a, b, out_dtype, e4m3_operands)
     if not 0 <= config <= max(BLOCKWISE_CONFIGS.values()):
         raise ValueError(f"config must be 0 (auto) to {max(BLOCKWISE_CONFIGS.values())}, got {config}")
     (m, k), n = a.shape, b.shape[0]

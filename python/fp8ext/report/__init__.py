@@ -22,14 +22,14 @@ class Sizes:
     shifted: int        # windows of the shifted text
     calibration: int    # windows (from token 8192 on) for static scales and delayed histories
     sensitivity_windows: int
-    blocks: tuple | None  # decoder blocks in the sensitivity table (None: all)
+    all_blocks: bool    # every decoder block in the sensitivity table, or the first, middle and last
     kv_windows: int     # serving-engine perplexity: 1 calibrates the KV scales, the rest are evaluated
     kv_window: int
 
 
-QUICK = Sizes(window=128, windows=2, shifted=2, calibration=1, sensitivity_windows=1, blocks=(0, 14, 29),
+QUICK = Sizes(window=128, windows=2, shifted=2, calibration=1, sensitivity_windows=1, all_blocks=False,
               kv_windows=2, kv_window=64)
-FULL = Sizes(window=512, windows=16, shifted=8, calibration=4, sensitivity_windows=4, blocks=None,
+FULL = Sizes(window=512, windows=16, shifted=8, calibration=4, sensitivity_windows=4, all_blocks=True,
              kv_windows=5, kv_window=128)
 SHIFTED_TEXT = "pang_lee_polarity.cor"  # short movie-review snippets; the static scales see news text
 
@@ -38,26 +38,29 @@ def _log(msg: str) -> None:
     print(f"[fp8ext report] {msg}", flush=True)
 
 
-def build_report(out_dir: str = "fp8ext-report", quick: bool = False, only: str | None = None) -> str:
+def build_report(out_dir: str = "fp8ext-report", quick: bool = False, only: str | None = None,
+                 model: str | None = None) -> str:
     """Writes report.md, report.html and the plots into out_dir; returns the
     HTML path. ``only="gpu"`` skips the model sections (the GPU machine lacks
-    the SmolLM2 packages); ``only="cpu"`` skips the GPU ones."""
+    the SmolLM2 packages); ``only="cpu"`` skips the GPU ones. ``model``: a local
+    Hugging Face Llama checkpoint folder instead of SmolLM2-135M."""
     if only not in (None, "cpu", "gpu"):
         raise ValueError(f"only must be None, 'cpu' or 'gpu', got {only!r}")
     os.makedirs(out_dir, exist_ok=True)
     t0 = time.time()
-    sections = [] if only == "gpu" else _cpu_sections(out_dir, QUICK if quick else FULL)
+    name = "SmolLM2-135M" if model is None else os.path.basename(os.path.normpath(model))
+    sections = [] if only == "gpu" else _cpu_sections(out_dir, QUICK if quick else FULL, model)
     if only != "cpu":
         sections += _gpu_sections(out_dir, quick)
-    title = f"fp8ext report ({'quick' if quick else 'full'}): FP8 serving study on SmolLM2-135M"
+    title = f"fp8ext report ({'quick' if quick else 'full'}): FP8 serving study on {name}"
     _, html_path = render.write(out_dir, title, sections)
     _log(f"done in {time.time() - t0:.0f} s: {html_path}")
     return html_path
 
 
-def _cpu_sections(out_dir: str, sizes: Sizes) -> list:
-    _log("loading SmolLM2-135M (float32) and the texts")
-    hf, tok = evaluation.load_smollm2()
+def _cpu_sections(out_dir: str, sizes: Sizes, model: str | None = None) -> list:
+    _log(f"loading {model or 'SmolLM2-135M'} (float32) and the texts")
+    hf, tok, _ = evaluation.load_model(model)
     ids = tok(evaluation.lee_background_text(), add_special_tokens=False, return_tensors="pt").input_ids[0]
     shifted_ids = tok(evaluation.gensim_text(SHIFTED_TEXT), add_special_tokens=False,
                       return_tensors="pt").input_ids[0]
@@ -87,7 +90,8 @@ def _cpu_sections(out_dir: str, sizes: Sizes) -> list:
     render.plot_bars([r["recipe"] for r in rec_rows], {"lee_background": [r["increase %"] for r in rec_rows],
                                                        "shifted text": [r["shifted increase %"] for r in rec_rows]},
                      "perplexity increase (%)", os.path.join(out_dir, "recipes.png"))
-    blocks = sizes.blocks if sizes.blocks is not None else tuple(range(len(hf.model.layers)))
+    layers = len(hf.model.layers)
+    blocks = tuple(range(layers)) if sizes.all_blocks else tuple(sorted({0, layers // 2, layers - 1}))
     sens_rows = study.layer_sensitivity(hf, sens, base_sens, _progress(blocks, "sensitivity"))
     render.plot_bars([str(r["block"]) for r in sorted(sens_rows, key=lambda r: r["block"])],
                      {"increase %": [r["increase %"] for r in sorted(sens_rows, key=lambda r: r["block"])]},
@@ -145,11 +149,14 @@ def _gpu_sections(out_dir: str, quick: bool) -> list:
     except Exception:  # the report still shows the other sections, and why this one failed
         out.append(("5. GEMM economics", "failed: " + traceback.format_exc(limit=3), [], []))
     try:
-        _log("6/6 serving (fp8ext bench serve --quick)")
         from fp8ext.serving import bench
-        rows = bench.run(os.path.join(out_dir, "serve"), quick=True)
+        sweep = bench.QUICK if quick else bench.CURVES
+        _log(f"6/6 serving: decode at batch {sweep['batches']}, context 4096, every mode")
+        rows = bench.run(os.path.join(out_dir, "serve"), sweep=sweep)
+        gpu.plot_serving(rows, os.path.join(out_dir, "serving.png"))
         run, tables = render.serving_tables(rows)
-        out.append(("6. Serving", f"Llama-3.1-8B shape, random weights.\n\n{run}", tables, []))
+        out.append(("6. Serving", f"Llama-3.1-8B shape, random weights (fp8ext bench serve).\n\n{run}", tables,
+                    ["serving.png"]))
     except Exception:
         out.append(("6. Serving", "failed: " + traceback.format_exc(limit=3), [], []))
     return out

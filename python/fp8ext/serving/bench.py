@@ -30,6 +30,7 @@ MODES = {  # name: (weight recipe or None, KV-cache dtype)
 }
 FULL = dict(batches=(1, 8, 32, 64, 128, 256), contexts=(1024, 4096, 16384, 32768))
 QUICK = dict(batches=(1, 64), contexts=(4096,))
+CURVES = dict(batches=(1, 16, 64, 128), contexts=(4096,))  # the report's throughput/latency curves
 
 
 def _stats(times: list, batch: int) -> dict:
@@ -119,10 +120,12 @@ def max_batch(cfg: LlamaConfig, weight_bytes: int, dtype, context: int, budget_b
 
 
 def run(out_dir: str, quick: bool = False, num_layers: int = 32, repeats: int = 20,
-        memory_budget_gb: float = 80.0, modes=tuple(MODES)) -> list:
+        memory_budget_gb: float = 80.0, modes=tuple(MODES), sweep: dict | None = None) -> list:
+    """Decode (and prefill) timings of every mode over `sweep` (batches x contexts;
+    default FULL, or QUICK with quick=True), written to out_dir/serve.json."""
     if not torch.cuda.is_available():
         raise RuntimeError("fp8ext bench serve needs a CUDA GPU (it times the H200 kernels)")
-    sweep = QUICK if quick else FULL
+    sweep = sweep or (QUICK if quick else FULL)
     cfg = LlamaConfig.llama3_8b(num_layers)
     info = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
             "commit": os.environ.get("FP8EXT_COMMIT", "unknown"), "date": datetime.date.today().isoformat(),
