@@ -7,7 +7,8 @@ import torch
 
 import fp8ext
 from fp8ext.ops.gemm_reference import is_blockwise
-from gemm_cases import F8, TOLERANCE, block_operands, block_reference, outlier_errors, rel_error
+from gemm_cases import (F8, TOLERANCE, block_operands, block_reference, operands, outlier_errors, reference,
+                        rel_error)
 
 
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -32,12 +33,47 @@ def test_a_wrong_block_scale_shows(seed):
 
 
 def test_which_scale_shapes_are_block_wise():
-    b = torch.zeros(300, 260, dtype=F8)
-    assert is_blockwise(b, torch.ones(3, 3))
-    assert not is_blockwise(b, torch.ones(300))       # per-channel
-    assert not is_blockwise(b, torch.ones(300, 1))    # per-channel, 2-D
-    assert not is_blockwise(b, torch.ones(()))        # per-tensor
-    assert not is_blockwise(torch.zeros(100, 100, dtype=F8), torch.ones(1, 1))  # one block = per-tensor
+    a, b = torch.zeros(5, 260, dtype=F8), torch.zeros(300, 260, dtype=F8)
+    groups = torch.ones(5, 3)
+    assert is_blockwise(a, b, groups, torch.ones(3, 3))
+    assert not is_blockwise(a, b, torch.ones(5), torch.ones(300))       # per-channel
+    assert not is_blockwise(a, b, torch.ones(5), torch.ones(300, 1))    # per-channel, 2-D
+    assert not is_blockwise(a, b, torch.ones(()), torch.ones(()))       # per-tensor
+    small = torch.zeros(100, 100, dtype=F8)
+    assert not is_blockwise(small, small, torch.ones(100, 1), torch.ones(1, 1))  # one block = per-tensor
+    # [1, N] with N = ceil(K/128) <= 128: per-channel unless a has group scales
+    a, b = torch.zeros(5, 2048, dtype=F8), torch.zeros(16, 2048, dtype=F8)
+    assert not is_blockwise(a, b, torch.ones(5), torch.ones(1, 16))
+    assert is_blockwise(a, b, torch.ones(5, 16), torch.ones(1, 16))
+
+
+def test_per_channel_row_that_looks_like_blocks_stays_per_channel(seed):
+    """N = 16, K = 2048: a per-channel scale_b [1, 16] has the block shape too."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, _ = operands(5, 16, 2048, "cpu", generator=g)
+    d = fp8ext.scaled_mm(a, b, sa, sb.reshape(1, 16), out_dtype=torch.float32)
+    assert rel_error(d, reference(a, b, sa, sb, None)) < TOLERANCE[torch.float32]
+
+
+def test_k0_and_n0_through_scaled_mm():
+    bias = torch.randn(16, dtype=torch.bfloat16)
+    d = fp8ext.scaled_mm(torch.empty(3, 0, dtype=F8), torch.empty(16, 0, dtype=F8), torch.ones(3, 0),
+                         torch.ones(1, 0), bias=bias)
+    assert torch.equal(d, bias.expand(3, 16))
+    d = fp8ext.scaled_mm(torch.randn(3, 300).to(F8), torch.empty(0, 300, dtype=F8), torch.ones(3, 3),
+                         torch.ones(0, 3))
+    assert d.shape == (3, 0)
+
+
+def test_partial_last_blocks_alone(seed):
+    """Only the last (partial) K group and N block hold values, so a wrong scale
+    there is the whole error, not a few percent of it."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, _ = block_operands(33, 1000, 4100, "cpu", generator=g)
+    a[:, :4096] = 0
+    d = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
+    assert rel_error(d, block_reference(a, b, sa, sb, None)) < TOLERANCE[torch.float32]
+    assert rel_error(d[:, 896:], block_reference(a, b, sa, sb, None)[:, 896:]) < TOLERANCE[torch.float32]
 
 
 def test_block_scales_beat_per_tensor_on_outliers(seed):

@@ -102,18 +102,44 @@ def test_strided_and_offset_operands(offset, seed):
     a, b, sa, sb, _ = block_operands(50, 304, 1024, "cuda", generator=g)
     a_view = torch.empty(50, 1040, dtype=F8, device="cuda")[:, offset:offset + 1024]
     a_view.copy_(a)
-    assert rel_error(fp8ext.scaled_mm(a_view, b, sa, sb), block_reference(a, b, sa, sb, None)) < 5e-3
+    assert rel_error(fp8ext.scaled_mm(a_view, b, sa, sb), block_reference(a, b, sa, sb, None)) < \
+        TOLERANCE[torch.bfloat16]
 
 
 def test_empty_and_k0():
     bias = torch.randn(16, device="cuda", dtype=torch.bfloat16)
-    a = torch.empty(3, 0, dtype=F8, device="cuda")
-    b = torch.empty(16, 0, dtype=F8, device="cuda")
-    # K = 0 has no groups: scales [3, 0] and [1, 0] are the block-wise shapes, but
-    # hold no values, so scaled_mm reads them as one-value scales; either way D = bias.
-    d = torch.ops.fp8ext.scaled_mm_blockwise(a, b, torch.ones(3, 0, device="cuda"), torch.ones(1, 0, device="cuda"),
-                                             bias, torch.bfloat16, 0)
+    d = fp8ext.scaled_mm(torch.empty(3, 0, dtype=F8, device="cuda"), torch.empty(16, 0, dtype=F8, device="cuda"),
+                         torch.ones(3, 0, device="cuda"), torch.ones(1, 0, device="cuda"), bias=bias)
     assert torch.equal(d, bias.expand(3, 16))
+    d = fp8ext.scaled_mm(torch.randn(3, 300, device="cuda").to(F8), torch.empty(0, 300, dtype=F8, device="cuda"),
+                         torch.ones(3, 3, device="cuda"), torch.ones(0, 3, device="cuda"))
+    assert d.shape == (3, 0)
+
+
+def test_partial_last_blocks_alone(seed):
+    """Only the last (partial) K group holds values: a wrong scale there is the whole error."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, _ = block_operands(33, 1000, 4100, "cuda", generator=g)
+    a[:, :4096] = 0
+    d = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
+    ref = block_reference(a, b, sa, sb, None)
+    assert rel_error(d, ref) < TOLERANCE[torch.float32]
+    assert rel_error(d[:, 896:], ref[:, 896:]) < TOLERANCE[torch.float32]  # the last, partial block of N
+
+
+def test_expanded_and_offset_scale_views(seed):
+    """Scale views the kernels cannot read as they are get copied: an expanded
+    block-scale row (stride 0) and group scales at a storage offset with a short tail."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, _ = block_operands(7, 256, 256, "cuda", generator=g)
+    expanded = sb[:1].expand(2, 2)
+    ref = block_reference(a, b, sa, expanded, None)
+    assert rel_error(fp8ext.scaled_mm(a, b, sa, expanded), ref) < TOLERANCE[torch.bfloat16]
+    # Columns at stride 8, the last one ending right after row 7: the TMA would read 8.
+    tight = torch.zeros(8 + 7, device="cuda").as_strided((7, 2), (1, 8))
+    tight.copy_(sa)
+    assert rel_error(fp8ext.scaled_mm(a, b, tight, sb), block_reference(a, b, sa, sb, None)) < \
+        TOLERANCE[torch.bfloat16]
 
 
 def test_cuda_graph_replay_matches_eager(seed):

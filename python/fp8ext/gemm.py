@@ -22,7 +22,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     GEMMs), at a somewhat larger error that grows with K.
 
     **Block-wise** (DeepSeek-V3): when ``scale_b`` is ``[ceil(N/128), ceil(K/128)]``
-    (one value per 128x128 block of the weight), ``scale_a`` must be
+    (one value per 128x128 block of the weight; a ``[1, N]`` that fits that shape
+    is read as per-channel unless ``scale_a`` has group shape), ``scale_a`` must be
     ``[M, ceil(K/128)]`` (one per 1x128 group of the activation, as
     :func:`fp8ext.quantize` writes it: M-major) and both operands E4M3. The
     partial sums of every 128 of K are multiplied by their two scales and added
@@ -59,7 +60,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     another layout than M-major with a column stride that is a multiple of 4
     are copied into it (a pass over M x K/128 floats).
     """
-    if is_blockwise(b, scale_b):
+    if is_blockwise(a, b, scale_a, scale_b):
         return _scaled_mm_blockwise(a, b, scale_a, scale_b, out_dtype, bias, config)
     if config not in CONFIGS:
         raise ValueError(f"config must be one of {sorted(CONFIGS)}, got {config!r}")

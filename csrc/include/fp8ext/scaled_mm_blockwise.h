@@ -19,7 +19,8 @@
 //
 // Alignment the kernels need (the torch op pads anything else): K, lda and ldb
 // multiples of 16; N and ldd multiples of 16 bytes of D; A, B, D and the bias
-// 16-byte aligned. M is free: rows past M read zero scales and are not stored.
+// 16-byte aligned. M is free: rows past M (zero rows of A, as the TMA fills them)
+// are computed with whatever the padding scales hold and are not stored.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -72,6 +72,14 @@ at::Tensor scaled_mm_blockwise_cuda(const at::Tensor& a, const at::Tensor& b, co
   check_block_scale(scale_a, "scale_a", m, groups, "one value per 1x128 group of a:", a);
   check_block_scale(scale_b, "scale_b", ceil_div(n, kScaleBlock), groups, "one value per 128x128 block of b:", a);
   check_bias_and_gpu(bias, n, out_dtype, a, "fp8ext.scaled_mm (block-wise)");
+  cuda::BlockwiseMmProblem dtype_only{};  // the instantiations differ by output dtype only
+  dtype_only.d_dtype = out_dtype == at::kBFloat16 ? DType::kBFloat16
+                       : out_dtype == at::kHalf   ? DType::kFloat16
+                                                  : DType::kFloat32;
+  TORCH_CHECK_VALUE(cuda::blockwise_mm_has_config(dtype_only, static_cast<BlockwiseConfig>(config)),
+                    "fp8ext.scaled_mm (block-wise): config ",
+                    cuda::blockwise_config_name(static_cast<BlockwiseConfig>(config)),
+                    " is not instantiated for this output dtype (use auto)");
   c10::cuda::CUDAGuard guard(a.device());
 
   at::Tensor out = at::empty({m, n}, a.options().dtype(out_dtype));
@@ -86,7 +94,8 @@ at::Tensor scaled_mm_blockwise_cuda(const at::Tensor& a, const at::Tensor& b, co
   const at::Tensor ka = kernel_operand(a, k16, m);
   const at::Tensor kb = kernel_operand(b, k16, n16);
   const at::Tensor sa = group_scales(scale_a, m, groups);
-  const at::Tensor sb = scale_b.stride(1) == 1 || groups == 1 ? scale_b : scale_b.contiguous();
+  const bool sb_usable = (groups <= 1 || scale_b.stride(1) == 1) && (scale_b.size(0) <= 1 || scale_b.stride(0) >= groups);
+  const at::Tensor sb = sb_usable ? scale_b : scale_b.contiguous();
   const at::Tensor kbias = bias ? padded_vector(*bias, n16) : at::Tensor();
   at::Tensor d = n16 == n ? out : at::empty({m, n16}, a.options().dtype(out_dtype));
   cuda::BlockwiseMmProblem p{ka.data_ptr(), ka.size(0) <= 1 ? k16 : ka.stride(0),
@@ -94,13 +103,9 @@ at::Tensor scaled_mm_blockwise_cuda(const at::Tensor& a, const at::Tensor& b, co
                              m, n16, k16,
                              sa.data_ptr<float>(), column_stride(sa, m),
                              sb.data_ptr<float>(), sb.size(0) <= 1 ? groups : sb.stride(0),
-                             bias ? kbias.data_ptr() : nullptr, d.data_ptr(), to_dtype(d, "out"), n16};
+                             bias ? kbias.data_ptr() : nullptr, d.data_ptr(), dtype_only.d_dtype, n16};
   if (const char* why = cuda::blockwise_mm_unsupported_reason(p))
     TORCH_CHECK_VALUE(false, "fp8ext.scaled_mm (block-wise): ", why);
-  TORCH_CHECK_VALUE(cuda::blockwise_mm_has_config(p, static_cast<BlockwiseConfig>(config)),
-                    "fp8ext.scaled_mm (block-wise): config ",
-                    cuda::blockwise_config_name(static_cast<BlockwiseConfig>(config)),
-                    " is not instantiated for this output dtype (use auto)");
   const cudaError_t err = launch(p, config, a);
   TORCH_CHECK(err == cudaSuccess, "fp8ext.scaled_mm (block-wise): kernel launch failed: ", cudaGetErrorString(err));
   if (d.data_ptr() != out.data_ptr()) out.copy_(d.narrow(1, 0, n));

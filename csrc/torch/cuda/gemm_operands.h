@@ -36,7 +36,8 @@ inline void check_bias_and_gpu(const std::optional<at::Tensor>& bias, int64_t n,
   }
   int major = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, a.get_device());
-  TORCH_CHECK(major == 9, op, ": the CUTLASS kernels are built for sm_90a (H100/H200), this GPU is sm_", major, "x");
+  TORCH_CHECK(major == 9, op, ": the CUTLASS kernels are built for sm_90a (H100/H200), this GPU is sm_", major,
+              "x; fp8ext.scaled_mm runs the PyTorch reference there");
 }
 
 inline bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }

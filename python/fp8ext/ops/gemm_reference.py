@@ -31,14 +31,14 @@ def _check_scale(s, rows: int, name: str, operand: str, like: torch.Tensor) -> b
 
 
 def _check_operands(a, b, out_dtype, check_dtypes) -> None:
-    """What both GEMM ops check: a [M, K] and b [N, K] on one device (check_dtypes
-    runs after the dimensions, as in the CUDA ops), and the output dtype."""
+    """What both GEMM ops check, in the CUDA ops' order: the operand dtypes
+    (check_dtypes), a [M, K] and b [N, K] on one device, and the output dtype."""
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    check_dtypes()
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"a and b must be 2-D ([M, K] and [N, K]), got {a.dim()}-D and {b.dim()}-D")
-    check_dtypes()
     if b.device != a.device:
         raise ValueError(f"a and b must be on the same device, got {a.device} and {b.device}")
     if a.shape[1] != b.shape[1]:
@@ -89,15 +89,20 @@ BLOCK = 128
 BLOCKWISE_CONFIGS = {"auto": 0, "block_large": 1, "block_medium": 2, "block_swap_small": 3, "block_swap_medium": 4}
 
 
-def is_blockwise(b: torch.Tensor, scale_b) -> bool:
-    """Whether scale_b holds one value per 128x128 block of b ([ceil(N/128), ceil(K/128)],
-    2-D, more than one value; where that shape is also per-channel or per-tensor, the
-    two readings mean the same)."""
-    if not isinstance(scale_b, torch.Tensor) or scale_b.dim() != 2 or scale_b.numel() <= 1 or b.dim() != 2:
+def is_blockwise(a, b, scale_a, scale_b) -> bool:
+    """Whether the scales are block-wise: scale_b one value per 128x128 block of b
+    ([ceil(N/128), ceil(K/128)], 2-D, not a single value). A [1, N] scale_b is also a
+    per-channel row; it is read as blocks only with group scales for a ([M, G], G > 1)."""
+    tensors = all(isinstance(t, torch.Tensor) for t in (a, b, scale_a, scale_b))
+    if not tensors or a.dim() != 2 or b.dim() != 2 or scale_b.dim() != 2 or scale_b.numel() == 1:
         return False
-    n, k = b.shape
-    return tuple(scale_b.shape) == (-(-n // BLOCK), -(-k // BLOCK)) and not (scale_b.shape[1] == 1 and
-                                                                                scale_b.shape[0] == n)
+    (m, k), n = a.shape, b.shape[0]
+    groups = -(-k // BLOCK)
+    if tuple(scale_b.shape) != (-(-n // BLOCK), groups):
+        return False
+    if tuple(scale_b.shape) == (1, n):
+        return tuple(scale_a.shape) == (m, groups) and groups > 1
+    return True
 
 
 def check_blockwise_args(a, b, scale_a, scale_b, bias, out_dtype, config) -> None:
