@@ -65,9 +65,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     if config not in CONFIGS:
         raise ValueError(f"config must be one of {sorted(CONFIGS)}, got {config!r}")
     cfg = CONFIGS[config]
-    if isinstance(a, torch.Tensor) and a.is_cuda and _native.GEMM_KERNELS_BUILT \
-            and not _native.gemm_kernels_run_on(a.device.index or 0):
-        _native.warn_reference_fallback("scaled_mm", a.device)
+    if _needs_reference(a):
         return gemm_reference.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, cfg, use_fast_accum)
     return torch.ops.fp8ext.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, cfg, bool(use_fast_accum))
 
@@ -76,8 +74,16 @@ def _scaled_mm_blockwise(a, b, scale_a, scale_b, out_dtype, bias, config: str) -
     if config not in BLOCKWISE_CONFIGS:
         raise ValueError(f"config must be one of {sorted(BLOCKWISE_CONFIGS)} for block-wise scales, got {config!r}")
     cfg = BLOCKWISE_CONFIGS[config]
+    if _needs_reference(a):
+        return gemm_reference.scaled_mm_blockwise(a, b, scale_a, scale_b, bias, out_dtype, cfg)
+    return torch.ops.fp8ext.scaled_mm_blockwise(a, b, scale_a, scale_b, bias, out_dtype, cfg)
+
+
+def _needs_reference(a) -> bool:
+    """A CUDA tensor on a GPU the built sm_90a kernels cannot run on: the PyTorch
+    reference runs instead (warned once per device)."""
     if isinstance(a, torch.Tensor) and a.is_cuda and _native.GEMM_KERNELS_BUILT \
             and not _native.gemm_kernels_run_on(a.device.index or 0):
         _native.warn_reference_fallback("scaled_mm", a.device)
-        return gemm_reference.scaled_mm_blockwise(a, b, scale_a, scale_b, bias, out_dtype, cfg)
-    return torch.ops.fp8ext.scaled_mm_blockwise(a, b, scale_a, scale_b, bias, out_dtype, cfg)
+        return True
+    return False
