@@ -26,8 +26,6 @@ namespace {
 
 using gemm::BlockwiseKernel;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 bool has_config(const BlockwiseMmProblem& p, BlockwiseConfig c) {
   if (c == BlockwiseConfig::kLarge || c == BlockwiseConfig::kSwapMedium) return true;
   return p.d_dtype == DType::kBFloat16 && (c == BlockwiseConfig::kMedium || c == BlockwiseConfig::kSwapSmall);
@@ -72,10 +70,10 @@ const char* blockwise_mm_unsupported_reason(const BlockwiseMmProblem& p) {
                                                      p.bias))
     return why;
   if (!p.scale_a || !p.scale_b) return "both scales are required";
-  if (p.ld_scale_a < p.m || p.ld_scale_a % 4 != 0 || !aligned16(p.scale_a))
+  if (p.ld_scale_a < p.m || p.ld_scale_a % kGroupScaleRowAlign != 0 || !aligned16(p.scale_a))
     return "scale_a must be M-major with a column stride >= M and a multiple of 4, 16-byte aligned";
-  if (p.ld_scale_b < ceil_div(p.k, kScaleBlock)) return "scale_b's row stride must be at least ceil(K / 128)";
-  if (p.ld_scale_a * ceil_div(p.k, kScaleBlock) > INT32_MAX || p.ld_scale_b * ceil_div(p.n, kScaleBlock) > INT32_MAX)
+  if (p.ld_scale_b < ceil_div(p.k, kGroupSize)) return "scale_b's row stride must be at least ceil(K / 128)";
+  if (p.ld_scale_a * ceil_div(p.k, kGroupSize) > INT32_MAX || p.ld_scale_b * ceil_div(p.n, kGroupSize) > INT32_MAX)
     return "the scale tensors must hold fewer than 2^31 values";
   return nullptr;
 }

@@ -116,12 +116,12 @@ struct Sm90BlockwiseMm {
   static typename CollectiveMainloop::Arguments mainloop_arguments(const BlockwiseMmProblem& p) {
     using StrideA = typename GemmKernel::StrideA;
     using StrideB = typename GemmKernel::StrideB;
-    const auto k_blocks = static_cast<int32_t>((p.k + kScaleBlock - 1) / kScaleBlock);
+    const auto k_blocks = static_cast<int32_t>(fp8ext::ceil_div(p.k, kGroupSize));
     // The TMA reads a column of group scales in whole 16 bytes: M rounded up to
     // 4 (ld_scale_a >= that; rows past M scale zero rows of A and are not stored).
-    const auto m4 = static_cast<int32_t>((p.m + 3) / 4 * 4);
+    const auto m4 = static_cast<int32_t>(fp8ext::round_up(p.m, kGroupScaleRowAlign));
     const auto act = ActivationScales::make(m4, k_blocks, static_cast<int32_t>(p.ld_scale_a));
-    const auto weight = WeightScales::make(static_cast<int32_t>((p.n + kScaleBlock - 1) / kScaleBlock), k_blocks,
+    const auto weight = WeightScales::make(static_cast<int32_t>(fp8ext::ceil_div(p.n, kGroupSize)), k_blocks,
                                            static_cast<int32_t>(p.ld_scale_b));
     const auto* a = static_cast<const Element*>(p.a);
     const auto* b = static_cast<const Element*>(p.b);

@@ -22,9 +22,6 @@ using test::DeviceBuffer;
 
 namespace {
 
-constexpr int64_t kBlock = 128;
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 struct Problem {
   int64_t m, n, k, groups, ld_sa;
   std::vector<uint8_t> a, b;  // E4M3 codes [m, k], [n, k]
@@ -36,12 +33,12 @@ struct Problem {
 Problem make_problem(int64_t m, int64_t n, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> scale(0.01f, 0.1f), bias(-2.0f, 2.0f);
-  Problem p{m, n, k, ceil_div(k, kBlock), (m + 3) / 4 * 4, test::random_codes(m * k, Fp8Format::kE4M3, rng),
+  Problem p{m, n, k, ceil_div(k, kGroupSize), round_up(m, kGroupScaleRowAlign), test::random_codes(m * k, Fp8Format::kE4M3, rng),
             test::random_codes(n * k, Fp8Format::kE4M3, rng), {}, {}, {}};
   p.sa.assign(p.groups * p.ld_sa, 0.0f);
   for (int64_t g = 0; g < p.groups; ++g)
     for (int64_t i = 0; i < m; ++i) p.sa[g * p.ld_sa + i] = scale(rng);
-  p.sb.resize(ceil_div(n, kBlock) * p.groups);
+  p.sb.resize(ceil_div(n, kGroupSize) * p.groups);
   for (auto& s : p.sb) s = scale(rng);
   p.bias.resize(n);
   for (auto& b : p.bias) b = bias(rng);
@@ -72,10 +69,10 @@ double run_and_compare(const Problem& o, DType d, bool with_bias, BlockwiseConfi
     for (int64_t j = 0; j < o.n; ++j) {
       double ref = with_bias ? test::round_to(d, o.bias[j]) : 0.0;
       for (int64_t kk = 0; kk < o.k; ++kk) {
-        const int64_t g = kk / kBlock;
+        const int64_t g = kk / kGroupSize;
         const double x = static_cast<double>(decode_fp8(o.a[i * o.k + kk], Fp8Format::kE4M3)) * o.sa[g * o.ld_sa + i];
         const double w = static_cast<double>(decode_fp8(o.b[j * o.k + kk], Fp8Format::kE4M3)) *
-                         o.sb[(j / kBlock) * o.groups + g];
+                         o.sb[(j / kGroupSize) * o.groups + g];
         ref += x * w;
       }
       err += (got[i * o.n + j] - ref) * (got[i * o.n + j] - ref);

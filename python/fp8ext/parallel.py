@@ -37,9 +37,8 @@ import torch.distributed as dist
 from torch import nn
 
 from fp8ext.nn.linear import K_ALIGN, FP8Linear
-from fp8ext.ops.reference import pad_cols
+from fp8ext.ops.reference import GROUP, pad_cols
 
-BLOCK = 128
 STYLES = ("column", "row")
 
 
@@ -79,7 +78,7 @@ class TensorParallelFP8Linear(nn.Module):
                                       _column_scale(layer, rows), bias, k, sum(hi - lo for lo, hi in rows))
         else:
             lo, hi = _rank_cols(k, world, rank, blocks)
-            scale = layer.weight_scale[:, lo // BLOCK: hi // BLOCK] if blocks else layer.weight_scale
+            scale = layer.weight_scale[:, lo // GROUP: hi // GROUP] if blocks else layer.weight_scale
             self.local = _local_layer(layer, codes[:, lo:hi], scale, None, hi - lo, n)
             self.register_buffer("bias", full_bias)  # added once, after the sum
 
@@ -97,15 +96,15 @@ def _column_scale(layer: FP8Linear, rows: list) -> torch.Tensor:
     if layer.recipe.weight_granularity == "per_channel" or scale.dim() == 1 and scale.numel() == layer.out_features:
         return torch.cat([scale[lo:hi] for lo, hi in rows])
     if layer.recipe.weight_granularity == "block":
-        return torch.cat([scale[lo // BLOCK: hi // BLOCK] for lo, hi in rows])
+        return torch.cat([scale[lo // GROUP: hi // GROUP] for lo, hi in rows])
     return scale
 
 
 def _rank_cols(k: int, world: int, rank: int, blocks: bool) -> tuple:
     """The input columns [lo, hi) a row shard keeps."""
-    if k % world or (blocks and (k // world) % BLOCK):
+    if k % world or (blocks and (k // world) % GROUP):
         raise ValueError(f"in_features ({k}) must split into {world} equal shards"
-                         + (f" that are multiples of {BLOCK} (block and group scales)" if blocks else ""))
+                         + (f" that are multiples of {GROUP} (block and group scales)" if blocks else ""))
     return rank * k // world, (rank + 1) * k // world
 
 
@@ -132,9 +131,9 @@ def _rank_rows(parts, world: int, rank: int, blocks: bool) -> list:
     (q, k, v or gate, up), as [(lo, hi)] in the fused layer's rows."""
     rows, start = [], 0
     for size in parts:
-        if size % world or (blocks and (size // world) % BLOCK):
+        if size % world or (blocks and (size // world) % GROUP):
             raise ValueError(f"out_features part of {size} rows must split into {world} equal shards"
-                             + (f" that are multiples of {BLOCK} (block scales)" if blocks else ""))
+                             + (f" that are multiples of {GROUP} (block scales)" if blocks else ""))
         step = size // world
         rows.append((start + rank * step, start + (rank + 1) * step))
         start += size

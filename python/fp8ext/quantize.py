@@ -6,12 +6,12 @@ import math
 import torch
 
 from fp8ext import _native
+from fp8ext.ops.reference import GROUP
 from fp8ext.recipes import Recipe
 from fp8ext.scaling_state import ScalingState
 
 ROLES = ("activation", "weight")
 GRANULARITIES = ("per_tensor", "per_row", "group", "block")
-_GROUP = 128
 
 
 def _check_pad(pad_k_to) -> int:
@@ -146,11 +146,11 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, granularity: str | None = N
     else:
         qf2 = qf.reshape(-1, k)
         m = qf2.shape[0]
-        rows_per_scale = 1 if g == "group" else _GROUP
-        want = (-(-m // rows_per_scale), -(-k // _GROUP))
+        rows_per_scale = 1 if g == "group" else GROUP
+        want = (-(-m // rows_per_scale), -(-k // GROUP))
         if tuple(scale.shape) != want:
             raise ValueError(f"{g} scale must have shape {want} for q of shape {tuple(q.shape)}, "
                              f"got {tuple(scale.shape)}")
-        expanded = scale.repeat_interleave(rows_per_scale, 0)[:m].repeat_interleave(_GROUP, 1)[:, :k]
+        expanded = scale.repeat_interleave(rows_per_scale, 0)[:m].repeat_interleave(GROUP, 1)[:, :k]
         out = (qf2 * expanded).reshape(qf.shape)
     return out.to(out_dtype)

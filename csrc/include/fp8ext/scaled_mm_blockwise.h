@@ -32,8 +32,6 @@
 
 namespace fp8ext::cuda {
 
-inline constexpr int64_t kScaleBlock = 128;  // K (and B's N) covered by one scale
-
 struct BlockwiseMmProblem {
   const void* a;  // E4M3 [M, K]
   int64_t lda;

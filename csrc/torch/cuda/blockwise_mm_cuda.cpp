@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <optional>
+#include <utility>
 
 #include "../tensor_checks.h"
 #include "fp8ext/scaled_mm_blockwise.h"
@@ -18,28 +19,21 @@ namespace fp8ext::torch_ops {
 namespace {
 
 using cuda::BlockwiseConfig;
-using cuda::kScaleBlock;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The 1x128 group scales [M, G] as the kernels read them: M-major with a
-// column stride that is a multiple of 4, and storage for M rounded up to 4
-// values in the last column (fp8ext's quantize_per_group writes them so); any
-// other layout is copied into one.
-at::Tensor group_scales(const at::Tensor& s, int64_t m, int64_t groups) {
-  const int64_t ld = round_up(std::max<int64_t>(m, 1), 4);
+// The 1x128 group scales [M, G] as the kernels read them, with their column
+// stride: M-major, the stride a multiple of 4, and storage for M rounded up to
+// 4 values in the last column (fp8ext's quantize_per_group writes them so);
+// any other layout is copied into one.
+std::pair<at::Tensor, int64_t> group_scales(const at::Tensor& s, int64_t m, int64_t groups) {
+  const int64_t ld = round_up(std::max<int64_t>(m, 1), kGroupScaleRowAlign);
   const int64_t stride = groups <= 1 ? ld : s.stride(1);
   const int64_t elements = s.storage().nbytes() / static_cast<int64_t>(sizeof(float)) - s.storage_offset();
-  const bool usable = (m <= 1 || s.stride(0) == 1) && stride >= m && stride % 4 == 0 &&
+  const bool usable = (m <= 1 || s.stride(0) == 1) && stride >= m && stride % kGroupScaleRowAlign == 0 &&
                       (groups - 1) * stride + ld <= elements && aligned16(s);
-  if (usable) return s;
+  if (usable) return {s, stride};
   at::Tensor storage = at::zeros({groups, ld}, s.options());
   storage.narrow(1, 0, m).copy_(s.t());
-  return storage.t().narrow(0, 0, m);
-}
-
-int64_t column_stride(const at::Tensor& s, int64_t m) {
-  return s.size(1) <= 1 ? round_up(std::max<int64_t>(m, 1), 4) : s.stride(1);
+  return {storage.t().narrow(0, 0, m), ld};
 }
 
 void check_block_scale(const at::Tensor& s, const char* name, int64_t rows, int64_t cols, const char* what,
@@ -68,9 +62,9 @@ at::Tensor scaled_mm_blockwise_cuda(const at::Tensor& a, const at::Tensor& b, co
   TORCH_CHECK_VALUE(config >= 0 && config <= static_cast<int64_t>(BlockwiseConfig::kLastConfig),
                     "config must be 0 (auto) to ", static_cast<int>(BlockwiseConfig::kLastConfig), ", got ", config);
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
-  const int64_t groups = ceil_div(k, kScaleBlock);
+  const int64_t groups = ceil_div(k, kGroupSize);
   check_block_scale(scale_a, "scale_a", m, groups, "one value per 1x128 group of a:", a);
-  check_block_scale(scale_b, "scale_b", ceil_div(n, kScaleBlock), groups, "one value per 128x128 block of b:", a);
+  check_block_scale(scale_b, "scale_b", ceil_div(n, kGroupSize), groups, "one value per 128x128 block of b:", a);
   check_bias_and_gpu(bias, n, out_dtype, a, "fp8ext.scaled_mm (block-wise)");
   cuda::BlockwiseMmProblem dtype_only{};  // the instantiations differ by output dtype only
   dtype_only.d_dtype = out_dtype == at::kBFloat16 ? DType::kBFloat16
@@ -93,7 +87,7 @@ at::Tensor scaled_mm_blockwise_cuda(const at::Tensor& a, const at::Tensor& b, co
   const int64_t n16 = round_up(n, 16 / static_cast<int64_t>(at::elementSize(out_dtype)));
   const at::Tensor ka = kernel_operand(a, k16, m);
   const at::Tensor kb = kernel_operand(b, k16, n16);
-  const at::Tensor sa = group_scales(scale_a, m, groups);
+  const auto [sa, ld_sa] = group_scales(scale_a, m, groups);
   const bool sb_usable = (groups <= 1 || scale_b.stride(1) == 1) && (scale_b.size(0) <= 1 || scale_b.stride(0) >= groups);
   const at::Tensor sb = sb_usable ? scale_b : scale_b.contiguous();
   const at::Tensor kbias = bias ? padded_vector(*bias, n16) : at::Tensor();
@@ -101,7 +95,7 @@ at::Tensor scaled_mm_blockwise_cuda(const at::Tensor& a, const at::Tensor& b, co
   cuda::BlockwiseMmProblem p{ka.data_ptr(), ka.size(0) <= 1 ? k16 : ka.stride(0),
                              kb.data_ptr(), kb.size(0) <= 1 ? k16 : kb.stride(0),
                              m, n16, k16,
-                             sa.data_ptr<float>(), column_stride(sa, m),
+                             sa.data_ptr<float>(), ld_sa,
                              sb.data_ptr<float>(), sb.size(0) <= 1 ? groups : sb.stride(0),
                              bias ? kbias.data_ptr() : nullptr, d.data_ptr(), dtype_only.d_dtype, n16};
   if (const char* why = cuda::blockwise_mm_unsupported_reason(p))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from fp8ext.ops.reference import GROUP
+
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # Tile configurations of the CUDA kernels (GemmConfig in csrc/include/fp8ext/scaled_mm.h);
@@ -83,7 +85,6 @@ torch.library.impl("fp8ext::scaled_mm", "CPU")(scaled_mm)
 
 
 # ---- block-wise (1x128 activation groups, 128x128 weight blocks) -------------------
-BLOCK = 128
 # Tile configurations of the block-wise kernels (BlockwiseConfig in
 # csrc/include/fp8ext/scaled_mm_blockwise.h); block_medium and block_swap_small are bf16-only.
 BLOCKWISE_CONFIGS = {"auto": 0, "block_large": 1, "block_medium": 2, "block_swap_small": 3, "block_swap_medium": 4}
@@ -97,8 +98,8 @@ def is_blockwise(a, b, scale_a, scale_b) -> bool:
     if not tensors or a.dim() != 2 or b.dim() != 2 or scale_b.dim() != 2 or scale_b.numel() == 1:
         return False
     (m, k), n = a.shape, b.shape[0]
-    groups = -(-k // BLOCK)
-    if tuple(scale_b.shape) != (-(-n // BLOCK), groups):
+    groups = -(-k // GROUP)
+    if tuple(scale_b.shape) != (-(-n // GROUP), groups):
         return False
     if tuple(scale_b.shape) == (1, n):
         return tuple(scale_a.shape) == (m, groups) and groups > 1
@@ -114,9 +115,9 @@ def check_blockwise_args(a, b, scale_a, scale_b, bias, out_dtype, config) -> Non
     if not 0 <= config <= max(BLOCKWISE_CONFIGS.values()):
         raise ValueError(f"config must be 0 (auto) to {max(BLOCKWISE_CONFIGS.values())}, got {config}")
     (m, k), n = a.shape, b.shape[0]
-    groups = -(-k // BLOCK)
+    groups = -(-k // GROUP)
     for name, s, shape, what in (("scale_a", scale_a, (m, groups), "one value per 1x128 group of a:"),
-                                 ("scale_b", scale_b, (-(-n // BLOCK), groups), "one value per 128x128 block of b:")):
+                                 ("scale_b", scale_b, (-(-n // GROUP), groups), "one value per 128x128 block of b:")):
         if not isinstance(s, torch.Tensor) or s.dtype != torch.float32:
             raise TypeError(f"{name} must be float32, got {s.dtype if isinstance(s, torch.Tensor) else type(s).__name__}")
         if s.device != a.device:
@@ -137,9 +138,9 @@ def scaled_mm_blockwise(a, b, scale_a, scale_b, bias, out_dtype, config):
     check_blockwise_args(a, b, scale_a, scale_b, bias, out_dtype, config)
     (m, k), n = a.shape, b.shape[0]
     d = torch.zeros(m, n, dtype=torch.float32, device=a.device)
-    col_scales = scale_b.repeat_interleave(BLOCK, dim=0)[:n]  # [N, G]: each row's block scales
-    for kb in range(-(-k // BLOCK)):
-        cols = slice(kb * BLOCK, min(k, (kb + 1) * BLOCK))
+    col_scales = scale_b.repeat_interleave(GROUP, dim=0)[:n]  # [N, G]: each row's block scales
+    for kb in range(-(-k // GROUP)):
+        cols = slice(kb * GROUP, min(k, (kb + 1) * GROUP))
         partial = a[:, cols].float() @ b[:, cols].float().t()
         d += partial * scale_a[:, kb:kb + 1] * col_scales[:, kb].reshape(1, n)
     if bias is not None:

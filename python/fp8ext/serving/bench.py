@@ -157,8 +157,8 @@ def run(out_dir: str, quick: bool = False, num_layers: int = 32, repeats: int = 
             torch.cuda.empty_cache()
     for context in sweep["contexts"]:
         for batch in sweep["batches"]:
-            if batch * context * 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 2 > \
-                    0.6 * torch.cuda.mem_get_info()[0]:
+            if batch * context * bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, torch.bfloat16) \
+                    > 0.6 * torch.cuda.mem_get_info()[0]:
                 continue
             rows.append(dict(info, op="serve_decode", mode="pytorch_bf16_reference", batch=batch, context=context,
                              **reference_decode(base, batch, context, repeats)))

@@ -5,9 +5,8 @@ import torch
 from torch import nn
 
 from fp8ext.nn.linear import FP8Linear
+from fp8ext.ops.reference import GROUP  # the block-wise recipe's weight block
 from fp8ext.recipes import Recipe
-
-BLOCK = 128  # the block-wise recipe's weight block
 
 
 class RMSNorm(nn.Module):
@@ -68,7 +67,7 @@ def fuse_linears(shards, recipe: Recipe | None = None) -> nn.Module:
     if recipe is None:
         return fused
     layer = FP8Linear.from_linear(fused, recipe)
-    if recipe.weight_granularity == "block" and any(s.out_features % BLOCK for s in shards):
+    if recipe.weight_granularity == "block" and any(s.out_features % GROUP for s in shards):
         return layer
     parts = [FP8Linear.from_linear(s, recipe) for s in shards]
     layer.weight.copy_(torch.cat([p.weight for p in parts]))
