@@ -1,8 +1,11 @@
-// Helpers the GEMM harnesses share: random FP8 operands and the output
-// dtypes' encoding (bf16 and fp32; fp16 outputs are covered by pytest).
+// Helpers the GEMM harnesses share: random FP8 operands, the output dtypes'
+// encoding (bf16 and fp32; fp16 outputs are covered by pytest), the error
+// against a float64 reference and its tolerance, and the shapes swept.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -64,5 +67,32 @@ inline std::vector<double> decode_out(DType d, const std::vector<uint8_t>& raw, 
   }
   return v;
 }
+
+// ||got - ref|| / ||ref|| (Frobenius) over an m x n row-major output, with
+// ref(i, j) the float64 reference value.
+template <class Ref>
+double relative_error(const std::vector<double>& got, int64_t m, int64_t n, Ref&& ref) {
+  double err = 0.0, norm = 0.0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const double r = ref(i, j);
+      err += (got[i * n + j] - r) * (got[i * n + j] - r);
+      norm += r * r;
+    }
+  return std::sqrt(err / norm);
+}
+
+// Hopper's FP8 MMA accumulates with ~14 bits between the kernels' fp32
+// promotions (every 128 of K): ~1-2.5e-4 relative error even with fp32 output.
+inline double gemm_tolerance(DType d) { return d == DType::kFloat32 ? 1e-3 : 6e-3; }
+
+struct GemmCase {
+  int64_t m, n, k;
+};
+
+// FP8EXT_TEST_QUICK=1 (set for the compute-sanitizer run, where kernels are
+// ~100x slower) keeps a representative subset: M = 1 and 129.
+inline bool quick() { return std::getenv("FP8EXT_TEST_QUICK") != nullptr; }
+inline bool in_quick_subset(const GemmCase& c) { return c.m == 1 || c.m == 129; }
 
 }  // namespace fp8ext::test

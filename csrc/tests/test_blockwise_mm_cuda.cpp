@@ -3,9 +3,7 @@
 // for every configuration and output dtype they are instantiated for (bf16,
 // fp32; fp16 is covered by pytest); plus refusals and the M buckets.
 // Skips (exit 77) where there is no GPU.
-#include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -64,46 +62,33 @@ double run_and_compare(const Problem& o, DType d, bool with_bias, BlockwiseConfi
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<double> got = test::decode_out(d, dd.download(), o.m * o.n);
 
-  double err = 0.0, norm = 0.0;
-  for (int64_t i = 0; i < o.m; ++i)
-    for (int64_t j = 0; j < o.n; ++j) {
-      double ref = with_bias ? test::round_to(d, o.bias[j]) : 0.0;
-      for (int64_t kk = 0; kk < o.k; ++kk) {
-        const int64_t g = kk / kGroupSize;
-        const double x = static_cast<double>(decode_fp8(o.a[i * o.k + kk], Fp8Format::kE4M3)) * o.sa[g * o.ld_sa + i];
-        const double w = static_cast<double>(decode_fp8(o.b[j * o.k + kk], Fp8Format::kE4M3)) *
-                         o.sb[(j / kGroupSize) * o.groups + g];
-        ref += x * w;
-      }
-      err += (got[i * o.n + j] - ref) * (got[i * o.n + j] - ref);
-      norm += ref * ref;
+  return test::relative_error(got, o.m, o.n, [&](int64_t i, int64_t j) {
+    double ref = with_bias ? test::round_to(d, o.bias[j]) : 0.0;
+    for (int64_t kk = 0; kk < o.k; ++kk) {
+      const int64_t g = kk / kGroupSize;
+      const double x = static_cast<double>(decode_fp8(o.a[i * o.k + kk], Fp8Format::kE4M3)) * o.sa[g * o.ld_sa + i];
+      const double w = static_cast<double>(decode_fp8(o.b[j * o.k + kk], Fp8Format::kE4M3)) *
+                       o.sb[(j / kGroupSize) * o.groups + g];
+      ref += x * w;
     }
-  return std::sqrt(err / norm);
+    return ref;
+  });
 }
 
-struct Case {
-  int64_t m, n, k;
-};
 // M across the buckets; N a multiple of 8 but not of 128 (a partial last block);
 // K a multiple of 16 but not always of 128 (a partial last group).
-const Case kCases[] = {{1, 136, 128}, {15, 264, 272}, {17, 136, 384}, {64, 200, 144}, {65, 264, 256},
-                       {129, 136, 400}, {300, 520, 256}};
-
-double tolerance(DType d) { return d == DType::kFloat32 ? 1e-3 : 6e-3; }
-
-// FP8EXT_TEST_QUICK=1 (the compute-sanitizer run) keeps M = 1 and 129.
-bool quick() { return std::getenv("FP8EXT_TEST_QUICK") != nullptr; }
-bool in_quick_subset(const Case& c) { return c.m == 1 || c.m == 129; }
+const test::GemmCase kCases[] = {{1, 136, 128}, {15, 264, 272}, {17, 136, 384}, {64, 200, 144}, {65, 264, 256},
+                                 {129, 136, 400}, {300, 520, 256}};
 
 void check_all(DType d, std::initializer_list<BlockwiseConfig> configs) {
   test::require_gpu();
   uint32_t seed = std::random_device{}();
-  for (const Case& c : kCases)
+  for (const test::GemmCase& c : kCases)
     for (BlockwiseConfig config : configs)
       for (bool bias : {false, true}) {
-        if (quick() && (!in_quick_subset(c) || !bias)) continue;
+        if (test::quick() && (!test::in_quick_subset(c) || !bias)) continue;
         const double e = run_and_compare(make_problem(c.m, c.n, c.k, ++seed), d, bias, config);
-        EXPECT_EQ_CTX(e < tolerance(d), true,
+        EXPECT_EQ_CTX(e < test::gemm_tolerance(d), true,
                       "M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k) +
                           " config=" + cuda::blockwise_config_name(config) + " err=" + std::to_string(e));
       }

@@ -2,9 +2,7 @@
 // operands, for every configuration, scale kind, bias and output dtype the
 // kernels are instantiated for; plus refusals of what they cannot run.
 // Skips (exit 77) where there is no GPU.
-#include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -20,8 +18,11 @@ using namespace fp8ext;
 using cuda::GemmConfig;
 using test::DeviceBuffer;
 using test::decode_out;
+using test::GemmCase;
 using test::encode_out;
 using test::random_codes;
+using test::in_quick_subset;
+using test::quick;
 using test::round_to;
 
 namespace {
@@ -70,46 +71,29 @@ double run_and_compare(const Operands& o, Fp8Format fa, Fp8Format fb, DType d, b
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<double> got = decode_out(d, dd.download(), o.m * o.n);
 
-  double err = 0.0, norm = 0.0;
-  for (int64_t i = 0; i < o.m; ++i)
-    for (int64_t j = 0; j < o.n; ++j) {
-      double acc = 0.0;
-      for (int64_t kk = 0; kk < o.k; ++kk)
-        acc += static_cast<double>(decode_fp8(o.a[i * o.k + kk], fa)) * decode_fp8(o.b[j * o.k + kk], fb);
-      const double sa = o.sa.size() > 1 ? o.sa[i] : o.sa[0];
-      const double sb = o.sb.size() > 1 ? o.sb[j] : o.sb[0];
-      const double ref = acc * sa * sb + (with_bias ? round_to(d, o.bias[j]) : 0.0);
-      err += (got[i * o.n + j] - ref) * (got[i * o.n + j] - ref);
-      norm += ref * ref;
-    }
-  return std::sqrt(err / norm);
+  return test::relative_error(got, o.m, o.n, [&](int64_t i, int64_t j) {
+    double acc = 0.0;
+    for (int64_t kk = 0; kk < o.k; ++kk)
+      acc += static_cast<double>(decode_fp8(o.a[i * o.k + kk], fa)) * decode_fp8(o.b[j * o.k + kk], fb);
+    const double sa = o.sa.size() > 1 ? o.sa[i] : o.sa[0];
+    const double sb = o.sb.size() > 1 ? o.sb[j] : o.sb[0];
+    return acc * sa * sb + (with_bias ? round_to(d, o.bias[j]) : 0.0);
+  });
 }
 
-struct Case {
-  int64_t m, n, k;
-};
 // M across the dispatch buckets; N a multiple of 8 but not of 16/64/128; K multiples of 16.
-const Case kCases[] = {{1, 136, 128}, {15, 264, 256}, {17, 136, 384}, {64, 200, 128}, {65, 264, 256},
-                       {129, 136, 512}, {300, 520, 256}};
+const GemmCase kCases[] = {{1, 136, 128}, {15, 264, 256}, {17, 136, 384}, {64, 200, 128}, {65, 264, 256},
+                           {129, 136, 512}, {300, 520, 256}};
 const GemmConfig kConfigs[] = {GemmConfig::kAuto,      GemmConfig::kLarge,         GemmConfig::kMedium,
                                GemmConfig::kSwapSmall, GemmConfig::kSwapMedium,    GemmConfig::kWideFastAccum,
                                GemmConfig::kLargeN192, GemmConfig::kLargeClusterN};
-
-// Hopper's FP8 MMA accumulates with ~14 bits between the kernel's fp32
-// promotions (every 128 of K): ~1-2.5e-4 relative error even with fp32 output.
-double tolerance(DType d) { return d == DType::kFloat32 ? 1e-3 : 6e-3; }
-
-// FP8EXT_TEST_QUICK=1 (set for the compute-sanitizer run, where kernels are
-// ~100x slower) keeps a representative subset: M = 1 and 129, both row-wise.
-bool quick() { return std::getenv("FP8EXT_TEST_QUICK") != nullptr; }
-bool in_quick_subset(const Case& c) { return c.m == 1 || c.m == 129; }
 
 }  // namespace
 
 FP8EXT_TEST(e4m3_bf16_every_config_and_scale_kind) {
   test::require_gpu();
   uint32_t seed = std::random_device{}();
-  for (const Case& c : kCases)
+  for (const GemmCase& c : kCases)
     for (GemmConfig config : kConfigs)
       for (int scales = quick() ? 3 : 0; scales < 4; ++scales) {
         if (quick() && !in_quick_subset(c)) continue;
@@ -119,7 +103,7 @@ FP8EXT_TEST(e4m3_bf16_every_config_and_scale_kind) {
         const std::string ctx = "M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) + " config=" +
                                 cuda::gemm_config_name(config) + " scales=" + std::to_string(scales) +
                                 " err=" + std::to_string(e);
-        EXPECT_EQ_CTX(e < tolerance(DType::kBFloat16), true, ctx);
+        EXPECT_EQ_CTX(e < test::gemm_tolerance(DType::kBFloat16), true, ctx);
       }
 }
 
@@ -135,11 +119,11 @@ FP8EXT_TEST(fp32_output_and_e5m2_operands) {
                           {Fp8Format::kE4M3, Fp8Format::kE5M2, GemmConfig::kLarge},
                           {Fp8Format::kE5M2, Fp8Format::kE5M2, GemmConfig::kLarge}};
   for (const Types& t : kTypes)
-    for (const Case& c : kCases) {
+    for (const GemmCase& c : kCases) {
       if (quick() && !in_quick_subset(c)) continue;
       const Operands o = make_operands(c.m, c.n, c.k, t.a, t.b, true, true, ++seed);
       const double e = run_and_compare(o, t.a, t.b, DType::kFloat32, true, t.config);
-      EXPECT_EQ_CTX(e < tolerance(DType::kFloat32), true,
+      EXPECT_EQ_CTX(e < test::gemm_tolerance(DType::kFloat32), true,
                     "M=" + std::to_string(c.m) + " config=" + cuda::gemm_config_name(t.config) +
                         " err=" + std::to_string(e));
     }
