@@ -97,3 +97,15 @@ def outlier_errors(m, n, k, device, seed):
         qb, sb = fp8ext.quantize(w, recipe, "weight")
         errors[name] = rel_error(outlier_free(fp8ext.scaled_mm(qa, qb, sa, sb, out_dtype=torch.float32)), exact)
     return errors
+
+
+def last_group_errors(device, seed):
+    """(error of the whole output, error of the last, partial 128-row block of N)
+    for a problem whose only nonzero K group is the last, partial one (K = 4100:
+    4 columns), so a wrong scale there is the whole error, not a few percent of it."""
+    import fp8ext
+    a, b, sa, sb, _ = block_operands(33, 1000, 4100, device, generator=torch.Generator().manual_seed(seed))
+    a[:, :4096] = 0
+    d = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
+    ref = block_reference(a, b, sa, sb, None)
+    return rel_error(d, ref), rel_error(d[:, 896:], ref[:, 896:])
