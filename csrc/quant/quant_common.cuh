@@ -147,6 +147,20 @@ struct Scale {
       : s(scale), r(1.0f / scale), fast(fast_division_ok(scale)) {}  // IEEE: r = RN(1 / s)
 };
 
+// scale_from_amax, bit for bit, with its division done by fast_quotient: the
+// 1x128 group kernel derives a scale per 128 elements, where the IEEE division's
+// ~20 instructions showed (bench/NOTES.md). Below 2^-80 (fast_quotient's
+// residual could underflow), above 2^100 (the clamps may apply) and for zeros,
+// NaNs and infinities, the exact function answers.
+template <Fp8Format F>
+__device__ __forceinline__ float scale_from_amax_fast(float amax, const ScaleRule& rule) {
+  const float scaled_amax = amax * exp2_int(rule.margin);
+  if (!(scaled_amax >= 0x1p-80f && scaled_amax <= 0x1p100f)) return scale_from_amax(amax, rule);
+  constexpr float kMax = F == Fp8Format::kE4M3 ? kE4M3Max : kE5M2Max;
+  const float s = fast_quotient(scaled_amax, kMax, 1.0f / kMax);  // within [2^-89, 2^92]: no clamp applies
+  return rule.power_of_two ? round_up_to_power_of_two(s) : s;
+}
+
 // q = saturating_cast(v / scale) for a chunk, bit-exact with the CPU reference's
 // IEEE division. The fast path (see fast_quotient) costs ~4 instructions per
 // element; a chunk holding a zero, a non-finite value or an overflow (rare, so
@@ -286,11 +300,12 @@ constexpr int kQuantizeRowsPerStep = 2;
 template <typename T>
 constexpr int kAmaxRowsPerStep = sizeof(T) == 4 ? 2 : 4;
 
-// Grid height for those kernels: about 16 blocks per SM in all, with the row
-// groups spread evenly over them.
-inline unsigned row_step_grid_y(int64_t rows, int64_t x_blocks, int rows_per_step) {
+// Grid height for those kernels: about blocks_per_sm blocks per SM in all (x
+// times y at most max(x_blocks, blocks_per_sm * SMs)), with the row groups
+// spread evenly over them.
+inline unsigned row_step_grid_y(int64_t rows, int64_t x_blocks, int rows_per_step, int blocks_per_sm = 16) {
   const int64_t groups = std::max<int64_t>(1, ceil_div(rows, rows_per_step));
-  const int64_t target = std::max<int64_t>(1, int64_t{num_sms()} * 16 / std::max<int64_t>(1, x_blocks));
+  const int64_t target = std::max<int64_t>(1, int64_t{num_sms()} * blocks_per_sm / std::max<int64_t>(1, x_blocks));
   const int64_t steps = ceil_div(groups, target);
   return static_cast<unsigned>(std::min<int64_t>(ceil_div(groups, steps), 65535));
 }

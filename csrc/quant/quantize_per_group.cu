@@ -28,7 +28,7 @@ __device__ __forceinline__ void quantize_group(const typename Input<T>::Raw& raw
 #pragma unroll
   for (int o = kLanesPerGroup / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
   if (!active) return;
-  const float s = scale_from_amax(amax, rule);
+  const float s = scale_from_amax_fast<F>(amax, rule);
   if (lane == 0) {
     scales[g * padded_rows + r] = s;
     if (r == rows - 1)

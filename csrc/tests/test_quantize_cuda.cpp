@@ -152,3 +152,37 @@ FP8EXT_TEST(cuda_delayed_history_matches_cpu) {
     EXPECT_TRUE(dq.download() == q);
   }
 }
+
+// The group kernel derives its scales with fast_quotient: one 128-wide group per
+// row, each row at its own magnitude (2^-150 to 2^127, so denormal, tiny, huge
+// and overflowing groups all occur), under several margins and power-of-two rules.
+FP8EXT_TEST(cuda_group_scales_match_cpu_across_magnitudes) {
+  require_gpu();
+  const int64_t cols = 128;
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> nd;
+  std::vector<float> x;
+  for (int e = -150; e <= 127; ++e)
+    for (int64_t c = 0; c < cols; ++c) x.push_back(std::ldexp(nd(rng), e));
+  const int64_t rows = static_cast<int64_t>(x.size()) / cols;
+  const ScaleRule rules[] = {{Fp8Format::kE4M3, 0, false}, {Fp8Format::kE5M2, 1, false}, {Fp8Format::kE4M3, -3, true},
+                             {Fp8Format::kE5M2, 4, true}};
+  DeviceBuffer<float> dx(x.size());
+  dx.upload(x);
+  for (const ScaleRule& rule : rules) {
+    std::vector<uint8_t> q_cpu(x.size());
+    std::vector<float> s_cpu(round_up(rows, kGroupScaleRowAlign));
+    cpu::quantize_per_group(ConstMatrix{x.data(), DType::kFloat32, rows, cols, cols}, rule,
+                            Fp8Matrix{q_cpu.data(), rule.format, rows, cols, cols}, s_cpu.data());
+    DeviceBuffer<float> ds(s_cpu.size());
+    DeviceBuffer<uint8_t> dq(x.size());
+    CUDA_OK(cuda::quantize_per_group(ConstMatrix{dx.ptr, DType::kFloat32, rows, cols, cols}, rule,
+                                     Fp8Matrix{dq.ptr, rule.format, rows, cols, cols}, ds.ptr, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> s_gpu = ds.download();
+    const std::vector<uint8_t> q_gpu = dq.download();
+    const std::string ctx = "margin " + std::to_string(rule.margin) + " pow2 " + std::to_string(rule.power_of_two);
+    for (size_t i = 0; i < s_cpu.size(); ++i) EXPECT_EQ_CTX(s_gpu[i], s_cpu[i], ctx + " scale of row " + std::to_string(i));
+    EXPECT_TRUE(q_gpu == q_cpu);
+  }
+}
