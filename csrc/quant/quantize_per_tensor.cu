@@ -6,6 +6,7 @@
 // grid-stride over a grid of a few blocks per SM, so per-block set-up (the
 // scale, its reciprocal) is paid rarely and no 64-bit division is needed.
 #include <algorithm>
+#include <cstdlib>
 
 #include "fp8ext/quantize_cuda.h"
 #include "quant_common.cuh"
@@ -28,6 +29,22 @@ inline dim3 grid_blocks(int64_t rows, int64_t chunks_per_row, int rows_per_step,
 // the H200's latency-bandwidth product needs), so it leaves few partials for
 // the second pass to reduce and no second wave's tail.
 constexpr int kAmaxBlocksPerSm = 4;
+
+// Tuning only (scripts/device/tune_quantize.py): blocks per SM of current
+// scaling's two passes, read once from the environment; 0 keeps the default.
+inline int tuned_blocks_per_sm(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  const int n = v && *v ? std::atoi(v) : 0;
+  return n > 0 ? n : fallback;
+}
+inline int amax_blocks_per_sm() {
+  static const int n = tuned_blocks_per_sm("FP8EXT_TUNE_AMAX_BLOCKS_PER_SM", kAmaxBlocksPerSm);
+  return n;
+}
+inline int current_quantize_blocks_per_sm() {
+  static const int n = tuned_blocks_per_sm("FP8EXT_TUNE_CURRENT_QUANT_BLOCKS_PER_SM", 16);
+  return n;
+}
 
 // Calls body(r, c, step) for chunk column c of rows r + i * step (i < N, the
 // rows that exist); blocks stride over rows and chunks.
@@ -235,9 +252,9 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
     using T = typename decltype(in)::Element;
     int partials = 0;  // none for an empty tensor: amax 0
     if (read_chunks * x.rows > 0) {
-      const dim3 grid = grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>, kAmaxBlocksPerSm);
+      const dim3 grid = grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>, amax_blocks_per_sm());
       partials = static_cast<int>(grid.x * grid.y);
-      if (partials > kAmaxWorkspaceFloats) {  // only on a GPU with more than 512 SMs
+      if (partials > kAmaxWorkspaceFloats) {  // only on a GPU with more than 1024 SMs
         err = cudaErrorInvalidConfiguration;
         return;
       }
@@ -246,7 +263,8 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
     // Runs even for an empty tensor: block 0 writes the scale (1 for amax 0).
     if (err == cudaSuccess)
       err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false>,
-                   grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, make_output(q),
+                   grid_blocks(q.rows, chunks, kQuantizeRowsPerStep, current_quantize_blocks_per_sm()), dim3(kThreads),
+                   stream, in, make_output(q),
                    chunks, amax_workspace, partials, rule, scale_out, nullptr, DelayedUpdate{});
   });
   return err;

@@ -20,7 +20,7 @@ cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const 
 // scaling's amax pass writes one partial max per block there (at most this many
 // blocks, so no memset is needed); delayed scaling uses the first two words (a
 // grid-wide amax and a finished-blocks counter, zeroed by the call itself).
-constexpr int kAmaxWorkspaceFloats = 2048;
+constexpr int kAmaxWorkspaceFloats = 4096;
 
 // Current scaling. A tensor larger than the chip is read twice (per-block amax
 // partials into the workspace, then quantization with the scale derived from
