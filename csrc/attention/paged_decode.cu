@@ -250,10 +250,9 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
       }
   };
 
-  // Each step loads the next step's K as soon as its scores are computed (the K
-  // registers are free then) and the next V after its P V product, so loads
-  // overlap the softmax and the mma without a second set of registers.
-  constexpr bool kEarlyK = true;
+  // The next step's K and V are loaded after this step's P V product. Loading
+  // K right after the scores (its registers are free then) spilled at 168
+  // registers and was 10-15% slower (H200, 2026-11-29, decode bench).
   const int64_t stride = int64_t{kWarps} * kStep;
   Tiles cur;
   int row = find_row(t_begin + int64_t{warp} * kStep);
@@ -284,8 +283,6 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
           mma16816<M::kBf16>(sc[n], qa[grp * 4 + j][0], 0u, qa[grp * 4 + j][1], 0u, b0, b1);
         }
     }
-
-    if (kEarlyK) fetch_k(row, cur);
 
     // Online softmax over the step; the four threads of a head share its max.
     float mx = -INFINITY;
@@ -344,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
         mma16816<M::kBf16>(acc[i], a0, a1, a2, a3, b0, b1);
       }
     }
-    if (!kEarlyK) fetch_k(row, cur);
+    fetch_k(row, cur);
     fetch_v(row, cur);
   }
 

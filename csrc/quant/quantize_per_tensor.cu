@@ -7,9 +7,11 @@
 // scale, its reciprocal) is paid rarely and no 64-bit division is needed.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "fp8ext/quantize_cuda.h"
 #include "quant_common.cuh"
+#include "quantize_per_tensor_fused.cuh"
 #include "quantize_per_tensor_small.cuh"
 
 namespace fp8ext::cuda {
@@ -30,20 +32,12 @@ inline dim3 grid_blocks(int64_t rows, int64_t chunks_per_row, int rows_per_step,
 // the second pass to reduce and no second wave's tail.
 constexpr int kAmaxBlocksPerSm = 4;
 
-// Tuning only (scripts/device/tune_quantize.py): blocks per SM of current
-// scaling's two passes, read once from the environment; 0 keeps the default.
-inline int tuned_blocks_per_sm(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  const int n = v && *v ? std::atoi(v) : 0;
-  return n > 0 ? n : fallback;
-}
-inline int amax_blocks_per_sm() {
-  static const int n = tuned_blocks_per_sm("FP8EXT_TUNE_AMAX_BLOCKS_PER_SM", kAmaxBlocksPerSm);
-  return n;
-}
-inline int current_quantize_blocks_per_sm() {
-  static const int n = tuned_blocks_per_sm("FP8EXT_TUNE_CURRENT_QUANT_BLOCKS_PER_SM", 16);
-  return n;
+// Current scaling of large tensors takes the one-launch cooperative kernel
+// (quantize_per_tensor_fused.cu); FP8EXT_CURRENT_FUSED=0 selects the two-kernel
+// path instead (read at each call, so the C++ harness checks both).
+inline bool fused_current_scaling() {
+  const char* v = std::getenv("FP8EXT_CURRENT_FUSED");
+  return !(v && std::strcmp(v, "0") == 0);
 }
 
 // Calls body(r, c, step) for chunk column c of rows r + i * step (i < N, the
@@ -245,6 +239,11 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
                                 float* scale_out, float* amax_workspace, cudaStream_t stream) {
   if (x.rows * x.cols > 0 && detail::per_tensor_fits_one_pass(x, q))
     return detail::quantize_per_tensor_one_pass(x, rule, q, scale_out, stream);
+  if (x.rows * x.cols > 0 && fused_current_scaling()) {
+    const cudaError_t err = detail::quantize_per_tensor_fused(x, rule, q, scale_out, amax_workspace,
+                                                              kAmaxWorkspaceFloats, stream);
+    if (err != cudaErrorCooperativeLaunchTooLarge) return err;
+  }
   cudaError_t err = cudaSuccess;
   const int64_t chunks = write_chunks_per_row(q);
   const int64_t read_chunks = ceil_div(x.cols, kChunk);
@@ -252,7 +251,7 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
     using T = typename decltype(in)::Element;
     int partials = 0;  // none for an empty tensor: amax 0
     if (read_chunks * x.rows > 0) {
-      const dim3 grid = grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>, amax_blocks_per_sm());
+      const dim3 grid = grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>, kAmaxBlocksPerSm);
       partials = static_cast<int>(grid.x * grid.y);
       if (partials > kAmaxWorkspaceFloats) {  // only on a GPU with more than 1024 SMs
         err = cudaErrorInvalidConfiguration;
@@ -263,8 +262,8 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
     // Runs even for an empty tensor: block 0 writes the scale (1 for amax 0).
     if (err == cudaSuccess)
       err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false>,
-                   grid_blocks(q.rows, chunks, kQuantizeRowsPerStep, current_quantize_blocks_per_sm()), dim3(kThreads),
-                   stream, in, make_output(q),
+                   grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in,
+                   make_output(q),
                    chunks, amax_workspace, partials, rule, scale_out, nullptr, DelayedUpdate{});
   });
   return err;
