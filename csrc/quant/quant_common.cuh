@@ -300,12 +300,11 @@ constexpr int kQuantizeRowsPerStep = 2;
 template <typename T>
 constexpr int kAmaxRowsPerStep = sizeof(T) == 4 ? 2 : 4;
 
-// Grid height for those kernels: about blocks_per_sm blocks per SM in all (x
-// times y at most max(x_blocks, blocks_per_sm * SMs)), with the row groups
-// spread evenly over them.
-inline unsigned row_step_grid_y(int64_t rows, int64_t x_blocks, int rows_per_step, int blocks_per_sm = 16) {
+// Grid height for those kernels: about 16 blocks per SM in all, with the row
+// groups spread evenly over them.
+inline unsigned row_step_grid_y(int64_t rows, int64_t x_blocks, int rows_per_step) {
   const int64_t groups = std::max<int64_t>(1, ceil_div(rows, rows_per_step));
-  const int64_t target = std::max<int64_t>(1, int64_t{num_sms()} * blocks_per_sm / std::max<int64_t>(1, x_blocks));
+  const int64_t target = std::max<int64_t>(1, int64_t{num_sms()} * 16 / std::max<int64_t>(1, x_blocks));
   const int64_t steps = ceil_div(groups, target);
   return static_cast<unsigned>(std::min<int64_t>(ceil_div(groups, steps), 65535));
 }

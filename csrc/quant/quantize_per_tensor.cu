@@ -6,12 +6,9 @@
 // grid-stride over a grid of a few blocks per SM, so per-block set-up (the
 // scale, its reciprocal) is paid rarely and no 64-bit division is needed.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "fp8ext/quantize_cuda.h"
 #include "quant_common.cuh"
-#include "quantize_per_tensor_fused.cuh"
 #include "quantize_per_tensor_small.cuh"
 
 namespace fp8ext::cuda {
@@ -21,23 +18,9 @@ using namespace detail;
 
 constexpr int kThreads = 256;
 
-inline dim3 grid_blocks(int64_t rows, int64_t chunks_per_row, int rows_per_step, int blocks_per_sm = 16) {
+inline dim3 grid_blocks(int64_t rows, int64_t chunks_per_row, int rows_per_step) {
   const int64_t x = std::max<int64_t>(1, std::min<int64_t>(ceil_div(chunks_per_row, kThreads), 1024));
-  return dim3(static_cast<unsigned>(x), row_step_grid_y(rows, x, rows_per_step, blocks_per_sm));
-}
-
-// The amax pass runs one wave (kAmaxBlocksPerSm resident blocks per SM, each
-// thread with kAmaxRowsPerStep chunks in flight: ~128 KB per SM, over twice what
-// the H200's latency-bandwidth product needs), so it leaves few partials for
-// the second pass to reduce and no second wave's tail.
-constexpr int kAmaxBlocksPerSm = 4;
-
-// Current scaling of large tensors takes the one-launch cooperative kernel
-// (quantize_per_tensor_fused.cu); FP8EXT_CURRENT_FUSED=0 selects the two-kernel
-// path instead (read at each call, so the C++ harness checks both).
-inline bool fused_current_scaling() {
-  const char* v = std::getenv("FP8EXT_CURRENT_FUSED");
-  return !(v && std::strcmp(v, "0") == 0);
+  return dim3(static_cast<unsigned>(x), row_step_grid_y(rows, x, rows_per_step));
 }
 
 // Calls body(r, c, step) for chunk column c of rows r + i * step (i < N, the
@@ -96,29 +79,19 @@ struct DelayedUpdate {  // present only for delayed scaling
   bool use_history_max;
 };
 
-// Max of the amax pass's per-block partials, reduced by every block (they are
-// few and in L2; this saves the memset and atomics a single grid-wide word needs).
-__device__ __forceinline__ float max_of_partials(const float* partials, int count, float* smem) {
-  float m = 0.0f;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) m = fmaxf(m, partials[i]);
-  return block_max(m, smem);
-}
-
-// Quantizes every chunk with a scale read from device memory (or, with
-// kScaleFromAmax, derived from the max of `amax_partials` partial amaxes there),
-// and block 0 records the scale it used. With kReduceAmax it also reduces the
-// amax of what it reads into workspace[0]; the last block to finish (counted in
-// workspace[1]) then applies the delayed-scaling update.
+// Quantizes every chunk with a scale read from device memory (or derived from
+// an amax there), and block 0 records the scale it used. With kReduceAmax it
+// also reduces the amax of what it reads into workspace[0]; the last block to
+// finish (counted in workspace[1]) then applies the delayed-scaling update.
 template <typename T, Fp8Format F, bool kScaleFromAmax, bool kReduceAmax>
 __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> in, Output out, int64_t chunks_per_row,
-                                                                   const float* scale_or_amax, int amax_partials,
-                                                                   ScaleRule rule, float* scale_record,
-                                                                   float* workspace, DelayedUpdate delayed) {
+                                                                   const float* scale_or_amax, ScaleRule rule,
+                                                                   float* scale_record, float* workspace,
+                                                                   DelayedUpdate delayed) {
   __shared__ float smem[32];
   __shared__ bool last_block;
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
-  const float s = kScaleFromAmax ? scale_from_amax(max_of_partials(scale_or_amax, amax_partials, smem), rule)
-                                 : *scale_or_amax;
+  const float s = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
   const Scale scale(s);
   constexpr int N = kQuantizeRowsPerStep;
@@ -161,10 +134,8 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
   roll_history(total, delayed.history, delayed.len, delayed.scale, rule, delayed.use_history_max, smem);
 }
 
-// Writes this block's finite amax to partials[block index].
 template <typename T>
-__global__ void __launch_bounds__(kThreads, kAmaxBlocksPerSm) amax_kernel(Input<T> in, int64_t chunks_per_row,
-                                                                          float* partials) {
+__global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out) {
   __shared__ float smem[32];
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
   constexpr int N = kAmaxRowsPerStep<T>;
@@ -181,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, kAmaxBlocksPerSm) amax_kernel(Input<
     }
   });
   amax = block_max(amax, smem);
-  if (threadIdx.x == 0) partials[blockIdx.y * gridDim.x + blockIdx.x] = amax;
+  if (threadIdx.x == 0) atomic_max_nonneg(amax_out, amax);
 }
 
 template <typename T, Fp8Format F>
@@ -229,7 +200,7 @@ cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const 
   cudaError_t err = cudaSuccess;
   dispatch(x, q.format, [&](auto in, auto fmt) {
     err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, false>,
-                 grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, out, chunks, scale, 0,
+                 grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, out, chunks, scale,
                  ScaleRule{}, nullptr, nullptr, DelayedUpdate{});
   });
   return err;
@@ -239,32 +210,20 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
                                 float* scale_out, float* amax_workspace, cudaStream_t stream) {
   if (x.rows * x.cols > 0 && detail::per_tensor_fits_one_pass(x, q))
     return detail::quantize_per_tensor_one_pass(x, rule, q, scale_out, stream);
-  if (x.rows * x.cols > 0 && fused_current_scaling()) {
-    const cudaError_t err = detail::quantize_per_tensor_fused(x, rule, q, scale_out, amax_workspace,
-                                                              kAmaxWorkspaceFloats, stream);
-    if (err != cudaErrorCooperativeLaunchTooLarge) return err;
-  }
-  cudaError_t err = cudaSuccess;
+  cudaError_t err = cudaMemsetAsync(amax_workspace, 0, sizeof(float), stream);
+  if (err != cudaSuccess) return err;
   const int64_t chunks = write_chunks_per_row(q);
   const int64_t read_chunks = ceil_div(x.cols, kChunk);
   dispatch(x, q.format, [&](auto in, auto fmt) {
     using T = typename decltype(in)::Element;
-    int partials = 0;  // none for an empty tensor: amax 0
-    if (read_chunks * x.rows > 0) {
-      const dim3 grid = grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>, kAmaxBlocksPerSm);
-      partials = static_cast<int>(grid.x * grid.y);
-      if (partials > kAmaxWorkspaceFloats) {  // only on a GPU with more than 1024 SMs
-        err = cudaErrorInvalidConfiguration;
-        return;
-      }
-      err = launch(amax_kernel<T>, grid, dim3(kThreads), stream, in, read_chunks, amax_workspace);
-    }
+    if (read_chunks * x.rows > 0)
+      err = launch(amax_kernel<T>, grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>), dim3(kThreads), stream, in,
+                   read_chunks, amax_workspace);
     // Runs even for an empty tensor: block 0 writes the scale (1 for amax 0).
     if (err == cudaSuccess)
       err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false>,
-                   grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in,
-                   make_output(q),
-                   chunks, amax_workspace, partials, rule, scale_out, nullptr, DelayedUpdate{});
+                   grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, make_output(q),
+                   chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{});
   });
   return err;
 }
@@ -281,7 +240,7 @@ cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool u
     // An empty tensor still launches one block, which records amax 0.
     err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, true>,
                  grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, make_output(q), chunks,
-                 scale, 0, rule, scale_used, amax_workspace, update);
+                 scale, rule, scale_used, amax_workspace, update);
   });
   return err;
 }

@@ -16,15 +16,12 @@ cudaError_t cast_to_fp8(const ConstMatrix& x, const Fp8Matrix& q, bool saturate,
 cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const Fp8Matrix& q,
                                 cudaStream_t stream);
 
-// Scratch the per-tensor recipes need in device memory, uninitialised: current
-// scaling's amax pass writes one partial max per block there (at most this many
-// blocks, so no memset is needed); delayed scaling uses the first two words (a
-// grid-wide amax and a finished-blocks counter, zeroed by the call itself).
-constexpr int kAmaxWorkspaceFloats = 4096;
+// Scratch the per-tensor recipes need in device memory: the grid-wide amax and
+// a finished-blocks counter (two 32-bit words, zeroed by the call itself).
+constexpr int kAmaxWorkspaceFloats = 2;
 
-// Current scaling. A tensor larger than the chip is read twice (per-block amax
-// partials into the workspace, then quantization with the scale derived from
-// their max, which every block of the second pass reduces itself):
+// Current scaling. A tensor larger than the chip is read twice (a grid-wide
+// amax into the workspace, then quantization with the scale derived from it):
 // it cannot be held on chip while the grid agrees on its amax. A small tensor
 // (<= kOnePassMaxElements, on sm_90) takes one pass: a cluster of blocks holds it
 // in registers and agrees on the amax through distributed shared memory.
