@@ -4,7 +4,7 @@ bf16 cache, and F.scaled_dot_product_attention over a contiguous bf16 cache of
 the same shape, in one run; page sizes 16 and 64, pages scattered at random.
 Also the fused cache write (one decode step's K/V, and a 4096-token prefill).
 
-    python bench/bench_decode.py --out DIR
+    python bench/bench_decode.py --out DIR [--head-dim 64|128|256] [--page-sizes 16 64]
 """
 from __future__ import annotations
 
@@ -24,35 +24,36 @@ Q_HEADS, KV_HEADS, DIM = 32, 8, 128
 SUITE = [(1, 32768), (1, 131072), (8, 32768), (64, 4096), (256, 1024)]
 
 
-def paged_inputs(batch, context, page_size, dtype):
+def paged_inputs(batch, context, page_size, dtype, dim=DIM):
     pages_per_seq = context // page_size
     num_pages = batch * pages_per_seq
-    pools = [(torch.randn(num_pages, page_size, KV_HEADS, DIM, device="cuda") * 0.5).to(dtype) for _ in range(2)]
+    pools = [(torch.randn(num_pages, page_size, KV_HEADS, dim, device="cuda") * 0.5).to(dtype) for _ in range(2)]
     table = torch.randperm(num_pages, device="cuda", dtype=torch.int32).reshape(batch, pages_per_seq)
     lens = torch.full((batch,), context, device="cuda", dtype=torch.int32)
     return pools, table, lens
 
 
-def decode_row(batch, context, page_size):
-    q = torch.randn(batch, Q_HEADS, DIM, device="cuda", dtype=torch.bfloat16)
+def decode_row(batch, context, page_size, dim=DIM):
+    q = torch.randn(batch, Q_HEADS, dim, device="cuda", dtype=torch.bfloat16)
     scale = torch.ones((), device="cuda")
     splits = plan_splits(batch, KV_HEADS, context, torch.cuda.get_device_properties(0).multi_processor_count)
-    row = {"op": "paged_decode", "batch": batch, "context": context, "page_size": page_size, "num_splits": splits}
-    kv_elems = 2 * batch * context * KV_HEADS * DIM
+    row = {"op": "paged_decode", "batch": batch, "context": context, "page_size": page_size, "head_dim": dim,
+           "num_splits": splits}
+    kv_elems = 2 * batch * context * KV_HEADS * dim
     for name, dtype in (("fp8", torch.float8_e4m3fn), ("bf16", torch.bfloat16)):
-        (k, v), table, lens = paged_inputs(batch, context, page_size, dtype)
+        (k, v), table, lens = paged_inputs(batch, context, page_size, dtype, dim)
         run = lambda: torch.ops.fp8ext.paged_decode_attention(q, k, v, table, lens, scale, scale,  # noqa: E731
-                                                              DIM ** -0.5, splits)
+                                                              dim ** -0.5, splits)
         ms = graph_time_ms(run)
         row[f"{name}_ms"] = round(ms, 5)
         row[f"{name}_TBps"] = round(kv_elems * k.element_size() / ms / 1e9, 3)
         if name == "fp8":  # checked once against the same cache in bf16 through SDPA
-            kd = k.float()[table.long()].reshape(batch, context, KV_HEADS, DIM).transpose(1, 2)
-            vd = v.float()[table.long()].reshape(batch, context, KV_HEADS, DIM).transpose(1, 2)
+            kd = k.float()[table.long()].reshape(batch, context, KV_HEADS, dim).transpose(1, 2)
+            vd = v.float()[table.long()].reshape(batch, context, KV_HEADS, dim).transpose(1, 2)
             want = F.scaled_dot_product_attention(q.float().unsqueeze(2), kd, vd, enable_gqa=True).squeeze(2)
             row["fp8_max_rel_error"] = round(((run().float() - want).norm() / want.norm()).item(), 5)
         del k, v
-    kb = torch.randn(batch, KV_HEADS, context, DIM, device="cuda", dtype=torch.bfloat16)
+    kb = torch.randn(batch, KV_HEADS, context, dim, device="cuda", dtype=torch.bfloat16)
     vb = torch.randn_like(kb)
     sdpa = lambda: F.scaled_dot_product_attention(q.unsqueeze(2), kb, vb, enable_gqa=True)  # noqa: E731
     ms = graph_time_ms(sdpa)
@@ -81,18 +82,22 @@ def write_rows():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--head-dim", type=int, default=DIM,
+                    help="64, 128 or 256: a bf16 cache at 64 has the 128-byte rows of FP8 at 128, which tells "
+                         "DRAM access granularity apart from FP8's per-token work (bench/NOTES.md)")
+    ap.add_argument("--page-sizes", type=int, nargs="+", default=[16, 64])
     args = ap.parse_args()
     torch.manual_seed(0)
     rows = []
-    for page_size in (16, 64):
+    for page_size in args.page_sizes:
         for batch, context in SUITE:
-            rows.append(decode_row(batch, context, page_size))
+            rows.append(decode_row(batch, context, page_size, args.head_dim))
             print(rows[-1], flush=True)
     rows += write_rows()
     path = write_results(args.out, "decode", rows)
     print(f"wrote {path}")
     print_table([r for r in rows if r["op"] == "paged_decode"],
-                ["batch", "context", "page_size", "num_splits", "fp8_ms", "fp8_TBps", "bf16_ms", "sdpa_bf16_ms",
+                ["batch", "context", "page_size", "head_dim", "num_splits", "fp8_ms", "fp8_TBps", "bf16_ms", "sdpa_bf16_ms",
                  "sdpa_bf16_TBps", "fp8_vs_sdpa", "fp8_max_rel_error"])
     print_table([r for r in rows if r["op"] == "kv_cache_write"], ["tokens", "ms", "TBps"])
 
