@@ -47,6 +47,13 @@ def decode_row(batch, context, page_size, dim=DIM):
         ms = graph_time_ms(run)
         row[f"{name}_ms"] = round(ms, 5)
         row[f"{name}_TBps"] = round(kv_elems * k.element_size() / ms / 1e9, 3)
+        if name == "fp8" and dim == 128:  # the register-path kernel, for comparison (chosen at capture)
+            os.environ["FP8EXT_DECODE_PIPELINE"] = "0"
+            try:
+                regs_ms = graph_time_ms(run)
+            finally:
+                del os.environ["FP8EXT_DECODE_PIPELINE"]
+            row["fp8_registers_TBps"] = round(kv_elems / regs_ms / 1e9, 3)
         if name == "fp8":  # checked once against the same cache in bf16 through SDPA
             kd = k.float()[table.long()].reshape(batch, context, KV_HEADS, dim).transpose(1, 2)
             vd = v.float()[table.long()].reshape(batch, context, KV_HEADS, dim).transpose(1, 2)
@@ -97,7 +104,8 @@ def main():
     path = write_results(args.out, "decode", rows)
     print(f"wrote {path}")
     print_table([r for r in rows if r["op"] == "paged_decode"],
-                ["batch", "context", "page_size", "head_dim", "num_splits", "fp8_ms", "fp8_TBps", "bf16_ms", "sdpa_bf16_ms",
+                ["batch", "context", "page_size", "head_dim", "num_splits", "fp8_ms", "fp8_TBps", "fp8_registers_TBps",
+                 "bf16_ms", "sdpa_bf16_ms",
                  "sdpa_bf16_TBps", "fp8_vs_sdpa", "fp8_max_rel_error"])
     print_table([r for r in rows if r["op"] == "kv_cache_write"], ["tokens", "ms", "TBps"])
 

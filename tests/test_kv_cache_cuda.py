@@ -42,6 +42,14 @@ def scattered_tables(lengths, page_size, num_pages, generator=None):
     return table, torch.tensor(lengths, dtype=torch.int32)
 
 
+@pytest.fixture(params=["pipelined", "registers"])
+def decode_kernel(request, monkeypatch):
+    """FP8 caches at head_dim 128 take the cp.async pipeline unless FP8EXT_DECODE_PIPELINE=0
+    (read at each launch): the decode tests run both kernels."""
+    monkeypatch.setenv("FP8EXT_DECODE_PIPELINE", "1" if request.param == "pipelined" else "0")
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", CACHE_DTYPES)
 @pytest.mark.parametrize("in_dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dim", [64, 128, 256])
@@ -73,7 +81,7 @@ CASES = [  # (q heads, kv heads, head_dim, page_size)
 @pytest.mark.parametrize("q_heads,kv_heads,dim,page_size", CASES)
 @pytest.mark.parametrize("dtype", CACHE_DTYPES)
 @pytest.mark.parametrize("num_splits", [1, 3])
-def test_decode_matches_reference(q_heads, kv_heads, dim, page_size, dtype, num_splits, seed):
+def test_decode_matches_reference(q_heads, kv_heads, dim, page_size, dtype, num_splits, seed, decode_kernel):
     lengths = [1, page_size - 1, page_size, page_size + 1, 700, 0]
     table, lens = scattered_tables(lengths, page_size, 64)
     k_pool, v_pool = (random_pool(64, page_size, kv_heads, dim, dtype) for _ in range(2))
@@ -92,7 +100,7 @@ def test_decode_matches_reference(q_heads, kv_heads, dim, page_size, dtype, num_
 
 
 @pytest.mark.parametrize("num_splits", [1, 4, 33])
-def test_long_sequence_split_kv_with_window_and_softcap(num_splits, seed):
+def test_long_sequence_split_kv_with_window_and_softcap(num_splits, seed, decode_kernel):
     page_size, heads, dim, n = 64, 2, 128, 9000
     table, lens = scattered_tables([n, 300], page_size, 200)
     k_pool, v_pool = (random_pool(200, page_size, heads, dim, E4M3) for _ in range(2))
@@ -107,7 +115,7 @@ def test_long_sequence_split_kv_with_window_and_softcap(num_splits, seed):
 
 
 @pytest.mark.parametrize("num_splits", [1, 3])
-def test_non_finite_values_propagate_as_in_the_reference(num_splits, seed):
+def test_non_finite_values_propagate_as_in_the_reference(num_splits, seed, decode_kernel):
     page_size, heads, dim = 16, 2, 64
     table, lens = scattered_tables([40, 40, 40, 40], page_size, 16)
     k_pool = random_pool(16, page_size, heads, dim, torch.bfloat16)
@@ -139,7 +147,7 @@ def test_int64_tables_out_of_int32_range_give_nan(seed):
     assert torch.isfinite(out[0]).all() and torch.isnan(out[1]).all()
 
 
-def test_bad_pages_and_lengths_give_nan_not_a_crash(seed):
+def test_bad_pages_and_lengths_give_nan_not_a_crash(seed, decode_kernel):
     page_size, heads, dim = 16, 2, 64
     k_pool, v_pool = (random_pool(8, page_size, heads, dim, E4M3).cuda() for _ in range(2))
     table = torch.tensor([[0, 1], [2, 99], [3, 4]], dtype=torch.int32, device="cuda")  # page 99 is outside the pool
@@ -158,7 +166,7 @@ def test_bad_pages_and_lengths_give_nan_not_a_crash(seed):
     assert torch.equal(k_pool.view(torch.uint8), before.view(torch.uint8))  # out-of-range slots are skipped
 
 
-def test_manager_on_cuda_matches_cpu_and_replays_in_a_cuda_graph(seed):
+def test_manager_on_cuda_matches_cpu_and_replays_in_a_cuda_graph(seed, decode_kernel):
     def build(device):
         torch.manual_seed(0)
         cache = fp8ext.PagedKVCache(2, 4, 128, 64, 16, E4M3, device=device,

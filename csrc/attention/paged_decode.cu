@@ -21,6 +21,8 @@
 #include <cuda_fp8.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "../quant/quant_common.cuh"
@@ -121,6 +123,35 @@ __device__ __forceinline__ void load_words(const uint8_t* p, uint32_t (&w)[Words
   }
 }
 
+// cp.async (sm_80+): 16 bytes from global to shared memory through L2 only;
+// with `valid` false the 16 bytes are zero-filled and nothing is read.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>  // waits until at most N of this thread's groups are still in flight
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// The pipelined variant (FP8 caches, head_dim 128): each warp streams its
+// steps' K and V rows into kStages shared-memory stages with cp.async, kStages - 1
+// steps ahead of the one it computes, so its loads stay in flight through the
+// softmax and the mma instead of occupying registers. A stage holds 32 tokens
+// x 128 bytes of K and of V in 16-byte pieces, piece p of token t at
+// p ^ ((t & 1) << 2 ^ (t & 6)): both the K and the V fragment reads are then
+// conflict-free (each 8-lane phase touches 8 distinct bank groups).
+constexpr int kStages = 2;
+constexpr bool pipelined_decode(CacheDType c, int d) {
+  return (c == CacheDType::kE4M3 || c == CacheDType::kE5M2) && d == 128;
+}
+constexpr int kPiecesPerRow = 8;                                       // 16-byte pieces of a 128-byte FP8 head row
+constexpr int kStagePieces = 32 * kPiecesPerRow;                       // per operand (K or V) and stage
+constexpr size_t kPipelineSmemBytes = size_t{kWarps} * kStages * 2 * kStagePieces * 16;  // 64 KB
+__device__ __forceinline__ int swizzled_piece(int t, int p) {
+  return t * kPiecesPerRow + (p ^ (((t & 1) << 2) ^ (t & 6)));
+}
+
 // Blocks per SM the register budget is cut for: three where a step's tiles are
 // small (H200, 2026-11-29, E4M3, 32/8 heads: 3.4 TB/s at 8 x 32768 tokens and
 // 3.0 at 1 x 131072, against 3.1 and 2.8 with two blocks of 190 registers;
@@ -128,6 +159,117 @@ __device__ __forceinline__ void load_words(const uint8_t* p, uint32_t (&w)[Words
 // plan_splits (python/fp8ext/kv_cache.py) assumes it.
 constexpr int decode_min_blocks(CacheDType c, int d) {
   return d * ((c == CacheDType::kE4M3 || c == CacheDType::kE5M2) ? 1 : 2) <= 128 ? 3 : 1;
+}
+
+// Per-warp step sizes of the decode kernels for a cache type and head dim.
+template <CacheDType C, int D>
+struct StepShape {
+  using M = MmaOf<C>;
+  static constexpr int kE = M::kBytes;
+  static constexpr int kStep = D * kE <= 128 ? 32 : 16;  // tokens per warp step (registers bound it)
+  static constexpr int kNTiles = kStep / 8;               // S tiles per step
+  static constexpr int kKSteps = kStep / 16;              // P V k-steps per step
+  static constexpr int kGroups = D / 64;                  // 64-dim groups of the S k-loop
+  static constexpr int kKWords = 16 * kE / 4;             // words of one thread's K slice per group
+  static constexpr int kVWords = D / 8 * kE / 4;          // words of one thread's V slice per token
+  static constexpr int kMTiles = D / 16;                  // O^T tiles
+  static_assert(D % 64 == 0 && kStep <= 32, "head_dim 64, 128 or 256");
+  using KFrags = uint32_t[kNTiles][kGroups][kKWords];
+  using VFrags = uint32_t[kKSteps][4][kVWords];  // tokens 2c, 2c+1, 2c+8, 2c+9 of each k-step
+};
+
+// One warp step: the scores of its tokens [base, base + kStep) from the K
+// fragments, the online softmax, and O^T += V^T P^T from the V fragments
+// (fragment layouts below, at decode_kernel).
+template <CacheDType C, int D>
+__device__ __forceinline__ void attend_step(const typename StepShape<C, D>::KFrags& kw,
+                                            const typename StepShape<C, D>::VFrags& vw,
+                                            const uint32_t (&qa)[StepShape<C, D>::kGroups * 4][2],
+                                            float (&acc)[StepShape<C, D>::kMTiles][4], float& m_run, float& l_run,
+                                            int64_t base, int64_t t_end, float ks, float softcap, int g, int c) {
+  using Sh = StepShape<C, D>;
+  using M = typename Sh::M;
+  constexpr int kE = Sh::kE, kNTiles = Sh::kNTiles, kKSteps = Sh::kKSteps, kGroups = Sh::kGroups;
+  constexpr int kMTiles = Sh::kMTiles;
+  (void)g;
+    // Scores of head g for tokens 8n + 2c + {0, 1}.
+    float sc[kNTiles][4];
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) {
+      sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+      for (int grp = 0; grp < kGroups; ++grp)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t b0, b1;
+          if constexpr (kE == 1) {
+            b0 = M::pair(kw[n][grp][j]);
+            b1 = M::pair(kw[n][grp][j] >> 16);
+          } else {
+            b0 = kw[n][grp][2 * j];
+            b1 = kw[n][grp][2 * j + 1];
+          }
+          mma16816<M::kBf16>(sc[n], qa[grp * 4 + j][0], 0u, qa[grp * 4 + j][1], 0u, b0, b1);
+        }
+    }
+
+    // Online softmax over the step; the four threads of a head share its max.
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float x = sc[n][e] * ks;
+        if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
+        x = base + 8 * n + 2 * c + e < t_end ? x * kLog2e : -INFINITY;
+        sc[n][e] = x;
+        mx = fmaxf(mx, x);  // a NaN score is skipped here and poisons its p below
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+    const float m_new = fmaxf(m_run, mx);
+    const float alpha = m_run == -INFINITY ? 0.0f : exp2f(m_run - m_new);  // +inf - +inf: NaN, as softmax gives
+    m_run = m_new;
+    l_run *= alpha;
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = sc[n][e] == -INFINITY ? 0.0f : exp2f(sc[n][e] - m_new);
+        sc[n][e] = p;
+        l_run += p;
+      }
+
+    // O^T += V^T P^T: this thread's accumulators belong to heads 2c and 2c + 1.
+    if (__any_sync(0xFFFFFFFFu, alpha != 1.0f)) {  // most steps keep the max
+      const float alpha0 = __shfl_sync(0xFFFFFFFFu, alpha, 8 * c), alpha1 = __shfl_sync(0xFFFFFFFFu, alpha, 8 * c + 4);
+#pragma unroll
+      for (int i = 0; i < kMTiles; ++i) {
+        acc[i][0] *= alpha0, acc[i][2] *= alpha0;
+        acc[i][1] *= alpha1, acc[i][3] *= alpha1;
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kKSteps; ++s) {
+      const uint32_t b0 = M::pack(sc[2 * s][0], sc[2 * s][1]);
+      const uint32_t b1 = M::pack(sc[2 * s + 1][0], sc[2 * s + 1][1]);
+#pragma unroll
+      for (int i = 0; i < kMTiles; ++i) {
+        // Elements 2i and 2i+1 of the slice of tokens (2c, 2c+1) and (2c+8, 2c+9).
+        uint32_t lo, hi;  // (t0 elem, t1 elem) pairs for rows g and g + 8
+        uint32_t a0, a1, a2, a3;
+        if constexpr (kE == 1) {
+          const int w = i / 2, sel = (i % 2) ? 0x7362 : 0x5140;
+          lo = __byte_perm(vw[s][0][w], vw[s][1][w], sel);
+          hi = __byte_perm(vw[s][2][w], vw[s][3][w], sel);
+          a0 = M::pair(lo), a1 = M::pair(lo >> 16), a2 = M::pair(hi), a3 = M::pair(hi >> 16);
+        } else {
+          a0 = __byte_perm(vw[s][0][i], vw[s][1][i], 0x5410), a1 = __byte_perm(vw[s][0][i], vw[s][1][i], 0x7632);
+          a2 = __byte_perm(vw[s][2][i], vw[s][3][i], 0x5410), a3 = __byte_perm(vw[s][2][i], vw[s][3][i], 0x7632);
+        }
+        mma16816<M::kBf16>(acc[i], a0, a1, a2, a3, b0, b1);
+      }
+    }
 }
 
 // Fragment layout (PTX m16n8k16; g = lane / 4, c = lane % 4):
@@ -141,21 +283,18 @@ constexpr int decode_min_blocks(CacheDType c, int d) {
 // O^T = V^T P^T: m = head dim, n = query head, k = token. Thread (g, c) holds
 // elements [g D/8, (g+1) D/8) of tokens 2c, 2c+1, 2c+8, 2c+9; m-tile i takes
 // elements 2i (row g) and 2i + 1 (row g + 8) of that slice.
-template <typename Q, CacheDType C, int D>
+template <typename Q, CacheDType C, int D, bool kPipelined>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kernel(DecodeArgs a) {
   begin_dependent_kernel();
-  using M = MmaOf<C>;
-  constexpr int kE = M::kBytes;
-  constexpr int kStep = D * kE <= 128 ? 32 : 16;  // tokens per warp step (registers bound it)
-  constexpr int kNTiles = kStep / 8;               // S tiles per step
-  constexpr int kKSteps = kStep / 16;              // P V k-steps per step
-  constexpr int kGroups = D / 64;                  // 64-dim groups of the S k-loop
-  constexpr int kKWords = 16 * kE / 4;             // words of one thread's K slice per group
-  constexpr int kVWords = D / 8 * kE / 4;          // words of one thread's V slice per token
-  constexpr int kMTiles = D / 16;                  // O^T tiles
-  static_assert(D % 64 == 0 && kStep <= 32, "head_dim 64, 128 or 256");
+  using Sh = StepShape<C, D>;
+  using M = typename Sh::M;
+  constexpr int kE = Sh::kE, kStep = Sh::kStep, kNTiles = Sh::kNTiles, kKSteps = Sh::kKSteps;
+  constexpr int kGroups = Sh::kGroups, kKWords = Sh::kKWords, kVWords = Sh::kVWords, kMTiles = Sh::kMTiles;
 
-  __shared__ float o_s[kWarps][kMaxHeads][D];
+  static_assert(!kPipelined || (kE == 1 && D == 128 && kStep == 32), "the pipeline is laid out for FP8, D = 128");
+  extern __shared__ uint4 stages[];  // pipelined: [warp][stage][K, V][piece]; then the warps' O for the merge
+  __shared__ float o_static[kPipelined ? 1 : kWarps][kMaxHeads][D];
+  auto* o_s = kPipelined ? reinterpret_cast<float(*)[kMaxHeads][D]>(stages) : o_static;
   __shared__ float m_s[kWarps][kMaxHeads], l_s[kWarps][kMaxHeads];
   __shared__ int bad_s;
 
@@ -254,95 +393,78 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
   // K right after the scores (its registers are free then) spilled at 168
   // registers and was 10-15% slower (H200, 2026-11-29, decode bench).
   const int64_t stride = int64_t{kWarps} * kStep;
-  Tiles cur;
-  int row = find_row(t_begin + int64_t{warp} * kStep);
-  fetch_k(row, cur);
-  fetch_v(row, cur);
-  for (int64_t base = t_begin + int64_t{warp} * kStep; base < t_end; base += stride) {
-    row = find_row(base + stride);
-    const auto& kw = cur.k;
-    const auto& vw = cur.v;
-
-    // Scores of head g for tokens 8n + 2c + {0, 1}.
-    float sc[kNTiles][4];
-#pragma unroll
-    for (int n = 0; n < kNTiles; ++n) {
-      sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-#pragma unroll
-      for (int grp = 0; grp < kGroups; ++grp)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          uint32_t b0, b1;
-          if constexpr (kE == 1) {
-            b0 = M::pair(kw[n][grp][j]);
-            b1 = M::pair(kw[n][grp][j] >> 16);
-          } else {
-            b0 = kw[n][grp][2 * j];
-            b1 = kw[n][grp][2 * j + 1];
-          }
-          mma16816<M::kBf16>(sc[n], qa[grp * 4 + j][0], 0u, qa[grp * 4 + j][1], 0u, b0, b1);
-        }
-    }
-
-    // Online softmax over the step; the four threads of a head share its max.
-    float mx = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < kNTiles; ++n)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float x = sc[n][e] * ks;
-        if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
-        x = base + 8 * n + 2 * c + e < t_end ? x * kLog2e : -INFINITY;
-        sc[n][e] = x;
-        mx = fmaxf(mx, x);  // a NaN score is skipped here and poisons its p below
-      }
-    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-    const float m_new = fmaxf(m_run, mx);
-    const float alpha = m_run == -INFINITY ? 0.0f : exp2f(m_run - m_new);  // +inf - +inf: NaN, as softmax gives
-    m_run = m_new;
-    l_run *= alpha;
-#pragma unroll
-    for (int n = 0; n < kNTiles; ++n)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float p = sc[n][e] == -INFINITY ? 0.0f : exp2f(sc[n][e] - m_new);
-        sc[n][e] = p;
-        l_run += p;
-      }
-
-    // O^T += V^T P^T: this thread's accumulators belong to heads 2c and 2c + 1.
-    if (__any_sync(0xFFFFFFFFu, alpha != 1.0f)) {  // most steps keep the max
-      const float alpha0 = __shfl_sync(0xFFFFFFFFu, alpha, 8 * c), alpha1 = __shfl_sync(0xFFFFFFFFu, alpha, 8 * c + 4);
-#pragma unroll
-      for (int i = 0; i < kMTiles; ++i) {
-        acc[i][0] *= alpha0, acc[i][2] *= alpha0;
-        acc[i][1] *= alpha1, acc[i][3] *= alpha1;
-      }
-    }
-#pragma unroll
-    for (int s = 0; s < kKSteps; ++s) {
-      const uint32_t b0 = M::pack(sc[2 * s][0], sc[2 * s][1]);
-      const uint32_t b1 = M::pack(sc[2 * s + 1][0], sc[2 * s + 1][1]);
-#pragma unroll
-      for (int i = 0; i < kMTiles; ++i) {
-        // Elements 2i and 2i+1 of the slice of tokens (2c, 2c+1) and (2c+8, 2c+9).
-        uint32_t lo, hi;  // (t0 elem, t1 elem) pairs for rows g and g + 8
-        uint32_t a0, a1, a2, a3;
-        if constexpr (kE == 1) {
-          const int w = i / 2, sel = (i % 2) ? 0x7362 : 0x5140;
-          lo = __byte_perm(vw[s][0][w], vw[s][1][w], sel);
-          hi = __byte_perm(vw[s][2][w], vw[s][3][w], sel);
-          a0 = M::pair(lo), a1 = M::pair(lo >> 16), a2 = M::pair(hi), a3 = M::pair(hi >> 16);
-        } else {
-          a0 = __byte_perm(vw[s][0][i], vw[s][1][i], 0x5410), a1 = __byte_perm(vw[s][0][i], vw[s][1][i], 0x7632);
-          a2 = __byte_perm(vw[s][2][i], vw[s][3][i], 0x5410), a3 = __byte_perm(vw[s][2][i], vw[s][3][i], 0x7632);
-        }
-        mma16816<M::kBf16>(acc[i], a0, a1, a2, a3, b0, b1);
-      }
-    }
+  if constexpr (!kPipelined) {
+    Tiles cur;
+    int row = find_row(t_begin + int64_t{warp} * kStep);
     fetch_k(row, cur);
     fetch_v(row, cur);
+    for (int64_t base = t_begin + int64_t{warp} * kStep; base < t_end; base += stride) {
+      row = find_row(base + stride);
+      attend_step<C, D>(cur.k, cur.v, qa, acc, m_run, l_run, base, t_end, ks, a.softcap, g, c);
+      fetch_k(row, cur);
+      fetch_v(row, cur);
+    }
+  } else {
+    uint4* mine = stages + warp * (kStages * 2 * kStagePieces);
+    // Copies step `row`'s K and V rows (lane t's row: token t of the step) into
+    // stage st: lane l takes piece l % 8 of tokens l / 8 + 4m, four 128-byte
+    // rows per instruction; rows of -1 are zero-filled.
+    auto issue = [&](int row, int st) {
+      uint4* dk = mine + st * 2 * kStagePieces;
+      uint4* dv = dk + kStagePieces;
+      const int p = lane % kPiecesPerRow;
+#pragma unroll
+      for (int m = 0; m < kStagePieces / 32; ++m) {
+        const int t = lane / kPiecesPerRow + 4 * m;
+        const int r = __shfl_sync(0xFFFFFFFFu, row, t);
+        const int64_t off = (r >= 0 ? static_cast<int64_t>(r) * row_bytes : 0) + p * 16;
+        cp_async_16(dk + swizzled_piece(t, p), k_base + off, r >= 0);
+        cp_async_16(dv + swizzled_piece(t, p), v_base + off, r >= 0);
+      }
+      cp_async_commit();
+    };
+    const int64_t first = t_begin + int64_t{warp} * kStep;
+    int64_t ahead = first;  // the next step to copy
+    int next_row = find_row(ahead);
+    int write = 0, read = 0;
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) {
+      issue(next_row, write);
+      write = (write + 1) % kStages;
+      ahead += stride;
+      next_row = find_row(ahead);
+    }
+    for (int64_t base = first; base < t_end; base += stride) {
+      issue(next_row, write);  // kStages - 1 steps ahead (zero-filled past the end)
+      write = (write + 1) % kStages;
+      ahead += stride;
+      next_row = find_row(ahead);  // its page-table load overlaps this step's compute
+      cp_async_wait<kStages - 1>();  // this step's group has landed
+      __syncwarp();
+      const uint4* sk = mine + read * 2 * kStagePieces;
+      const uint4* sv = sk + kStagePieces;
+      typename Sh::KFrags kw;
+      typename Sh::VFrags vw;
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+        for (int grp = 0; grp < kGroups; ++grp) {
+          const uint4 x = sk[swizzled_piece(8 * n + g, 4 * grp + c)];
+          kw[n][grp][0] = x.x, kw[n][grp][1] = x.y, kw[n][grp][2] = x.z, kw[n][grp][3] = x.w;
+        }
+#pragma unroll
+      for (int s2 = 0; s2 < kKSteps; ++s2)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint4 x = sv[swizzled_piece(16 * s2 + 2 * c + (i & 1) + (i & 2) * 4, g)];
+          vw[s2][i][0] = x.x, vw[s2][i][1] = x.y, vw[s2][i][2] = x.z, vw[s2][i][3] = x.w;
+        }
+      attend_step<C, D>(kw, vw, qa, acc, m_run, l_run, base, t_end, ks, a.softcap, g, c);
+      __syncwarp();  // every lane has read this stage before a later step refills it
+      read = (read + 1) % kStages;
+    }
+    cp_async_wait<0>();  // the zero-fill copies past the end, before o_s reuses the stages
+    __syncthreads();     // o_s spans the other warps' stages
   }
 
   // Merge the warps: each leaves (max, sum) per head and its unnormalized O.
@@ -443,6 +565,37 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(DecodeArgs a) {
   }
 }
 
+// The pipelined kernel unless FP8EXT_DECODE_PIPELINE=0 (read at each launch, so
+// one process can compare both: bench/bench_decode.py, tests/test_kv_cache_cuda.py).
+inline bool decode_pipeline_enabled() {
+  const char* v = std::getenv("FP8EXT_DECODE_PIPELINE");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
+// Launches a pipelined decode kernel with its 64 KB of dynamic shared memory
+// (opted into once per device and host thread), with PDL when it is on.
+template <typename Kernel>
+cudaError_t launch_pipelined(Kernel kernel, dim3 grid, cudaStream_t stream, const DecodeArgs& a) {
+  constexpr int kMaxDevices = 64;
+  thread_local bool opted_in[kMaxDevices] = {};
+  const int device = current_device_info().device;
+  if (device >= kMaxDevices || !opted_in[device]) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 static_cast<int>(kPipelineSmemBytes));
+    if (err != cudaSuccess) return err;
+    if (device < kMaxDevices) opted_in[device] = true;
+  }
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kPipelineSmemBytes;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = pdl_attribute(attr[0]);
+  return cudaLaunchKernelEx(&config, kernel, a);
+}
+
 template <typename Q, CacheDType C>
 cudaError_t launch_typed(const DecodeArgs& a, int64_t batch, int64_t head_dim, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.num_splits), static_cast<unsigned>(a.kv_heads * a.head_blocks),
@@ -450,7 +603,15 @@ cudaError_t launch_typed(const DecodeArgs& a, int64_t batch, int64_t head_dim, c
   const dim3 merge_grid(static_cast<unsigned>(batch * a.q_heads));
   auto run = [&](auto dim) -> cudaError_t {
     constexpr int D = decltype(dim)::value;
-    cudaError_t err = launch(decode_kernel<Q, C, D>, grid, dim3(kThreads), stream, a);
+    cudaError_t err = cudaSuccess;
+    if constexpr (pipelined_decode(C, D)) {
+      if (decode_pipeline_enabled())
+        err = launch_pipelined(decode_kernel<Q, C, D, true>, grid, stream, a);
+      else
+        err = launch(decode_kernel<Q, C, D, false>, grid, dim3(kThreads), stream, a);
+    } else {
+      err = launch(decode_kernel<Q, C, D, false>, grid, dim3(kThreads), stream, a);
+    }
     if (err == cudaSuccess && a.num_splits > 1)
       err = launch(merge_kernel<Q, D>, merge_grid, dim3(kThreads), stream, a);
     return err;

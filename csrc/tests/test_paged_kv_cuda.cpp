@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -149,6 +150,15 @@ FP8EXT_TEST(decode_split_kv_matches_float64) {
   require_gpu();
   check_decode(3, 8);
   check_decode(7, 4);
+}
+
+// FP8 at head_dim 128 takes the cp.async pipeline by default; the register path too.
+FP8EXT_TEST(decode_register_path_matches_float64) {
+  require_gpu();
+  setenv("FP8EXT_DECODE_PIPELINE", "0", 1);
+  check_decode(1, 8);
+  check_decode(3, 4);
+  unsetenv("FP8EXT_DECODE_PIPELINE");
 }
 
 }  // namespace
