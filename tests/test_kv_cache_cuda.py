@@ -115,6 +115,24 @@ def test_long_sequence_split_kv_with_window_and_softcap(num_splits, seed, decode
 
 
 @pytest.mark.parametrize("num_splits", [1, 3])
+def test_split_merge_with_very_negative_scores(num_splits, seed, decode_kernel):
+    """Every score is -128 (each split's log2-sum-exp near -180): softmax is shift-invariant,
+    so the output is the mean of V. A merge that takes max(0, lse) as its reference
+    underflows every weight to 0 and returns 0 (the bug fixed in session 7)."""
+    page_size, heads, dim = 16, 2, 128
+    table, lens = scattered_tables([200, 37], page_size, 40)
+    k_pool = torch.ones(40, page_size, heads, dim).to(E4M3)
+    v_pool = random_pool(40, page_size, heads, dim, E4M3)
+    q = -torch.ones(2, 8, dim)
+    args = (table, lens, torch.tensor(1.0), torch.tensor(1.0), 1.0, num_splits, 0, 0.0)
+    want = ref.paged_decode_attention(q, k_pool, v_pool, *args)
+    got = torch.ops.fp8ext.paged_decode_attention(q.cuda(), k_pool.cuda(), v_pool.cuda(),
+                                                  *(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
+    assert torch.isfinite(want).all() and want.abs().max() > 0
+    assert rel(got.cpu(), want) < MMA_TOL[E4M3]
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
 def test_non_finite_values_propagate_as_in_the_reference(num_splits, seed, decode_kernel):
     page_size, heads, dim = 16, 2, 64
     table, lens = scattered_tables([40, 40, 40, 40], page_size, 16)

@@ -295,9 +295,9 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
   static_assert(!kPipelined || (kE == 1 && D == 128 && kStep == 32), "the pipeline is laid out for FP8, D = 128");
   extern __shared__ uint4 stages[];  // pipelined: [warp][stage][K, V][piece]; then the warps' O for the merge
   __shared__ float o_static[kPipelined ? 1 : kWarps][kMaxHeads][D];
+  static_assert(!kPipelined || sizeof(float) * kWarps * kMaxHeads * D <= kPipelineSmemBytes, "o_s must fit the stages");
   auto* o_s = kPipelined ? reinterpret_cast<float(*)[kMaxHeads][D]>(stages) : o_static;
   __shared__ float m_s[kWarps][kMaxHeads], l_s[kWarps][kMaxHeads];
-  __shared__ int bad_s;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
   const int split = blockIdx.x;
@@ -313,7 +313,6 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
   const int64_t per_split = (hi - lo + a.num_splits - 1) / a.num_splits;
   const int64_t t_begin = lo + split * per_split, t_end = min(hi, t_begin + per_split);
   const float ks = a.k_scale[a.k_per_head ? kv : 0], vs = a.v_scale[a.v_per_head ? kv : 0];
-  if (tid == 0) bad_s = bad_len;
 
   // Q as A fragments, one pair of registers per k-step (rows 8-15 are zero).
   uint32_t qa[kGroups * 4][2];
@@ -347,18 +346,21 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
     uint32_t k[kNTiles][kGroups][kKWords];
     uint32_t v[kKSteps][4][kVWords];  // tokens 2c, 2c+1, 2c+8, 2c+9 of each k-step
   };
-  // Lane i finds the cache row of token base + i (-1: past the end or a bad page).
-  // Its page-table load is issued a step ahead of the K/V loads that need it, so
-  // a step waits for one memory latency, not two in a chain.
-  auto find_row = [&](int64_t base) {
-    int row = -1;
-    if (lane < kStep && base + lane < t_end) {
-      const uint32_t t = static_cast<uint32_t>(base) + lane;  // lengths are int32, rows fit in int32 (host checks)
-      const int page = table[t / page_size];
-      if (page < 0 || page >= a.num_pages) bad = true;
-      else row = page * static_cast<int>(page_size) + static_cast<int>(t % page_size);
+  // Lane i's token is base + i. Its page id is loaded a step before the row is
+  // needed and checked only then (resolve_row), so the table's latency overlaps
+  // a step's compute instead of adding to the K/V loads' (lengths are int32, so
+  // token and row numbers fit in 32 bits: the host checks).
+  auto load_page = [&](int64_t base) {
+    return lane < kStep && base + lane < t_end ? table[static_cast<uint32_t>(base + lane) / page_size] : 0;
+  };
+  // The cache row of lane i's token: -1 past the end, or for a bad page id (which sets `bad`).
+  auto resolve_row = [&](int page, int64_t base) {
+    if (!(lane < kStep && base + lane < t_end)) return -1;
+    if (page < 0 || page >= a.num_pages) {
+      bad = true;
+      return -1;
     }
-    return row;
+    return page * static_cast<int>(page_size) + static_cast<int>(static_cast<uint32_t>(base + lane) % page_size);
   };
   auto fetch_k = [&](int row, Tiles& f) {
 #pragma unroll
@@ -396,12 +398,14 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
   const int64_t stride = int64_t{kWarps} * kStep;
   if constexpr (!kPipelined) {
     Tiles cur;
-    int row = find_row(t_begin + int64_t{warp} * kStep);
+    const int64_t first = t_begin + int64_t{warp} * kStep;
+    int row = resolve_row(load_page(first), first);
     fetch_k(row, cur);
     fetch_v(row, cur);
-    for (int64_t base = t_begin + int64_t{warp} * kStep; base < t_end; base += stride) {
-      row = find_row(base + stride);
+    for (int64_t base = first; base < t_end; base += stride) {
+      const int page = load_page(base + stride);  // in flight through this step's compute
       attend_step<C, D>(cur.k, cur.v, qa, acc, m_run, l_run, base, t_end, ks, a.softcap, g, c);
+      row = resolve_row(page, base + stride);
       fetch_k(row, cur);
       fetch_v(row, cur);
     }
@@ -426,20 +430,20 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
     };
     const int64_t first = t_begin + int64_t{warp} * kStep;
     int64_t ahead = first;  // the next step to copy
-    int next_row = find_row(ahead);
+    int next_row = resolve_row(load_page(ahead), ahead);
     int write = 0, read = 0;
 #pragma unroll
     for (int st = 0; st < kStages - 1; ++st) {
       issue(next_row, write);
       write = (write + 1) % kStages;
       ahead += stride;
-      next_row = find_row(ahead);
+      next_row = resolve_row(load_page(ahead), ahead);
     }
     for (int64_t base = first; base < t_end; base += stride) {
       issue(next_row, write);  // kStages - 1 steps ahead (zero-filled past the end)
       write = (write + 1) % kStages;
       ahead += stride;
-      next_row = find_row(ahead);  // its page-table load overlaps this step's compute
+      const int page = load_page(ahead);  // in flight through this step's compute
       cp_async_wait<kStages - 1>();  // this step's group has landed
       __syncwarp();
       const uint4* sk = mine + read * 2 * kStagePieces;
@@ -463,6 +467,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
       attend_step<C, D>(kw, vw, qa, acc, m_run, l_run, base, t_end, ks, a.softcap, g, c);
       __syncwarp();  // every lane has read this stage before a later step refills it
       read = (read + 1) % kStages;
+      next_row = resolve_row(page, ahead);
     }
     cp_async_wait<0>();  // the zero-fill copies past the end, before o_s reuses the stages
     __syncthreads();     // o_s spans the other warps' stages
@@ -483,10 +488,9 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
     o_s[warp][2 * c][d + 1] = acc[i][2];
     o_s[warp][2 * c + 1][d + 1] = acc[i][3];
   }
-  if (__any_sync(0xFFFFFFFFu, bad) && lane == 0) bad_s = 1;
-  __syncthreads();
+  // A bad page id anywhere in the block, or a bad length, makes its output NaN.
+  const bool bad_block = __syncthreads_or(bad || bad_len);
 
-  const bool bad_block = bad_s != 0;
   for (int idx = tid; idx < nh * D; idx += kThreads) {
     const int h = idx / D, d = idx % D;
     float mx = -INFINITY;
@@ -575,16 +579,20 @@ inline bool decode_pipeline_enabled() {
   return v && std::strcmp(v, "1") == 0;
 }
 
-// Launches a pipelined decode kernel with its 64 KB of dynamic shared memory
-// (opted into once per device and host thread), with PDL when it is on.
-template <typename Kernel>
-cudaError_t launch_pipelined(Kernel kernel, dim3 grid, cudaStream_t stream, const DecodeArgs& a) {
+// Launches the pipelined decode kernel for (Q, C) with its 64 KB of dynamic
+// shared memory (opted into once per kernel, device and host thread, with the
+// carveout that leaves room for three blocks per SM), with PDL when it is on.
+template <typename Q, CacheDType C>
+cudaError_t launch_pipelined(dim3 grid, cudaStream_t stream, const DecodeArgs& a) {
+  constexpr auto kernel = decode_kernel<Q, C, 128, true>;
   constexpr int kMaxDevices = 64;
-  thread_local bool opted_in[kMaxDevices] = {};
+  thread_local bool opted_in[kMaxDevices] = {};  // one array per (Q, C): a template's own static
   const int device = current_device_info().device;
   if (device >= kMaxDevices || !opted_in[device]) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(kPipelineSmemBytes));
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kPipelineSmemBytes));
+    if (err == cudaSuccess)
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (err != cudaSuccess) return err;
     if (device < kMaxDevices) opted_in[device] = true;
   }
@@ -609,7 +617,7 @@ cudaError_t launch_typed(const DecodeArgs& a, int64_t batch, int64_t head_dim, c
     cudaError_t err = cudaSuccess;
     if constexpr (pipelined_decode(C, D)) {
       if (decode_pipeline_enabled())
-        err = launch_pipelined(decode_kernel<Q, C, D, true>, grid, stream, a);
+        err = launch_pipelined<Q, C>(grid, stream, a);
       else
         err = launch(decode_kernel<Q, C, D, false>, grid, dim3(kThreads), stream, a);
     } else {

@@ -243,7 +243,8 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Max over the block; every thread gets the result. `smem` holds 32 floats.
+// Max over the block, of values of any sign (NaNs skipped); every thread gets
+// the result. `smem` holds 32 floats.
 __device__ __forceinline__ float block_max(float v, float* smem) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   v = warp_max(v);
@@ -251,7 +252,7 @@ __device__ __forceinline__ float block_max(float v, float* smem) {
   if (lane == 0) smem[warp] = v;
   __syncthreads();
   const int warps = (blockDim.x + 31) >> 5;
-  v = lane < warps ? smem[lane] : 0.0f;
+  v = lane < warps ? smem[lane] : -INFINITY;  // not 0: the decode merge reduces negative log-sum-exps
   return warp_max(v);
 }
 
