@@ -3,7 +3,8 @@
 # CUTLASS wheel, build with that machine's torch, run ctest, the tests (GPU ones
 # included) and the benchmarks. Logs and JSON go to OUT.
 #   usage: scripts/device/run.sh OUT [stage ...]
-#   stages: build ctest sanitize test bench (the default: all of these), profile (ncu on the quantize kernels)
+#   stages: build ctest sanitize test bench (the default: all of these), profile (ncu on the quantize kernels),
+#   profile_l2 (ncu on current scaling's two kernels without flushing L2 between them: does the second pass hit L2?)
 #   FP8EXT_COMMIT=<sha> names the commit in the benchmark JSON (the device copy's .git may be stale).
 # Carry .whl (the nvidia-cutlass and torchao wheels) and .data (real SmolLM2 layers for
 # tests/test_smollm2_layers_cuda.py: scripts/make_smollm2_layers.py writes them) with the call.
@@ -77,5 +78,9 @@ if has profile; then
     --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
     --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats \
     python3 "$ROOT/scripts/device/profile_quantize.py"
+fi
+if has profile_l2; then
+  step profile_l2 /usr/local/cuda/bin/ncu --clock-control none --cache-control none -k regex:"amax|quantize_chunks" \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis python3 "$ROOT/scripts/device/profile_quantize.py" --per-tensor
 fi
 exit $status
