@@ -109,3 +109,13 @@ def last_group_errors(device, seed):
     d = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
     ref = block_reference(a, b, sa, sb, None)
     return rel_error(d, ref), rel_error(d[:, 896:], ref[:, 896:])
+
+
+def compiled_matches_eager(m, n, k, device, seed):
+    """Block-wise scaled_mm with bias under torch.compile(fullgraph=True) gives
+    exactly the eager result (no graph break: fullgraph raises on one)."""
+    import fp8ext
+    a, b, sa, sb, bias = block_operands(m, n, k, device, torch.bfloat16, torch.Generator().manual_seed(seed))
+    torch._dynamo.reset()
+    f = torch.compile(lambda *t: fp8ext.scaled_mm(*t[:4], bias=t[4]), fullgraph=True)
+    return torch.equal(f(a, b, sa, sb, bias), fp8ext.scaled_mm(a, b, sa, sb, bias=bias))

@@ -7,8 +7,8 @@ import torch
 
 import fp8ext
 from fp8ext.ops.gemm_reference import is_blockwise
-from gemm_cases import (F8, TOLERANCE, block_operands, block_reference, last_group_errors, operands, outlier_errors,
-                        reference, rel_error)
+from gemm_cases import (F8, TOLERANCE, block_operands, block_reference, compiled_matches_eager, last_group_errors,
+                        operands, outlier_errors, reference, rel_error)
 
 
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -104,8 +104,4 @@ def test_bad_config_name():
 
 
 def test_compile_fullgraph(seed):
-    g = torch.Generator().manual_seed(seed)
-    a, b, sa, sb, bias = block_operands(9, 136, 200, "cpu", torch.bfloat16, g)
-    torch._dynamo.reset()
-    f = torch.compile(lambda *t: fp8ext.scaled_mm(*t[:4], bias=t[4]), fullgraph=True)
-    assert torch.equal(f(a, b, sa, sb, bias), fp8ext.scaled_mm(a, b, sa, sb, bias=bias))
+    assert compiled_matches_eager(9, 136, 200, "cpu", seed)

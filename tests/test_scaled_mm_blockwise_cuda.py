@@ -8,8 +8,8 @@ import torch
 import fp8ext
 from fp8ext import _native
 from fp8ext.recipes import BlockWise
-from gemm_cases import (F8, TOLERANCE, block_operands, block_reference, last_group_errors, outlier_errors,
-                        rel_error)
+from gemm_cases import (F8, TOLERANCE, block_operands, block_reference, compiled_matches_eager, last_group_errors,
+                        outlier_errors, rel_error)
 
 pytestmark = pytest.mark.gpu
 
@@ -156,11 +156,7 @@ def test_cuda_graph_replay_matches_eager(seed):
 
 
 def test_compile_fullgraph(seed):
-    g = torch.Generator().manual_seed(seed)
-    a, b, sa, sb, bias = block_operands(40, 512, 256, "cuda", torch.bfloat16, g)
-    torch._dynamo.reset()
-    f = torch.compile(lambda *t: fp8ext.scaled_mm(*t[:4], bias=t[4]), fullgraph=True)
-    assert torch.equal(f(a, b, sa, sb, bias), fp8ext.scaled_mm(a, b, sa, sb, bias=bias))
+    assert compiled_matches_eager(40, 512, 256, "cuda", seed)
 
 
 def test_fp8_linear_blockwise_matches_the_cpu_reference(seed):
