@@ -100,12 +100,11 @@ __device__ __forceinline__ void attend_step(const typename StepShape<C, D>::KFra
                                             const typename StepShape<C, D>::VFrags& vw,
                                             const uint32_t (&qa)[StepShape<C, D>::kGroups * 4][2],
                                             float (&acc)[StepShape<C, D>::kMTiles][4], float& m_run, float& l_run,
-                                            int64_t base, int64_t t_end, float ks, float softcap, int g, int c) {
+                                            int64_t base, int64_t t_end, float ks, float softcap, int c) {
   using Sh = StepShape<C, D>;
   using M = typename Sh::M;
   constexpr int kE = Sh::kE, kNTiles = Sh::kNTiles, kKSteps = Sh::kKSteps, kGroups = Sh::kGroups;
   constexpr int kMTiles = Sh::kMTiles;
-  (void)g;
     // Scores of head g for tokens 8n + 2c + {0, 1}.
     float sc[kNTiles][4];
 #pragma unroll

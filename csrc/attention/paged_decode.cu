@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
     fetch_v(row, cur);
     for (int64_t base = first; base < t_end; base += stride) {
       const int page = load_page(base + stride);  // in flight through this step's compute
-      attend_step<C, D>(cur.k, cur.v, qa, acc, m_run, l_run, base, t_end, ks, a.softcap, g, c);
+      attend_step<C, D>(cur.k, cur.v, qa, acc, m_run, l_run, base, t_end, ks, a.softcap, c);
       row = resolve_row(page, base + stride);
       fetch_k(row, cur);
       fetch_v(row, cur);
@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
           const uint4 x = sv[swizzled_piece(16 * s2 + 2 * c + (i & 1) + (i & 2) * 4, g)];
           vw[s2][i][0] = x.x, vw[s2][i][1] = x.y, vw[s2][i][2] = x.z, vw[s2][i][3] = x.w;
         }
-      attend_step<C, D>(kw, vw, qa, acc, m_run, l_run, base, t_end, ks, a.softcap, g, c);
+      attend_step<C, D>(kw, vw, qa, acc, m_run, l_run, base, t_end, ks, a.softcap, c);
       __syncwarp();  // every lane has read this stage before a later step refills it
       read = (read + 1) % kStages;
       next_row = resolve_row(page, ahead);
