@@ -156,7 +156,7 @@ template <Fp8Format F>
 __device__ __forceinline__ float scale_from_amax_fast(float amax, const ScaleRule& rule) {
   const float scaled_amax = amax * exp2_int(rule.margin);
   if (!(scaled_amax >= 0x1p-80f && scaled_amax <= 0x1p100f)) return scale_from_amax(amax, rule);
-  constexpr float kMax = F == Fp8Format::kE4M3 ? kE4M3Max : kE5M2Max;
+  constexpr float kMax = fp8_max(F);
   const float s = fast_quotient(scaled_amax, kMax, 1.0f / kMax);  // within [2^-89, 2^92]: no clamp applies
   return rule.power_of_two ? round_up_to_power_of_two(s) : s;
 }

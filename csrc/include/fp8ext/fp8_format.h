@@ -20,7 +20,7 @@ enum class Fp8Format : int { kE4M3 = 0, kE5M2 = 1 };
 constexpr float kE4M3Max = 448.0f;
 constexpr float kE5M2Max = 57344.0f;
 
-FP8EXT_HD float fp8_max(Fp8Format f) { return f == Fp8Format::kE4M3 ? kE4M3Max : kE5M2Max; }
+FP8EXT_HD constexpr float fp8_max(Fp8Format f) { return f == Fp8Format::kE4M3 ? kE4M3Max : kE5M2Max; }
 
 FP8EXT_HD uint32_t bits_of(float f) {
 #if defined(__CUDA_ARCH__)
