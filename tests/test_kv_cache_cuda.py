@@ -44,8 +44,8 @@ def scattered_tables(lengths, page_size, num_pages, generator=None):
 
 @pytest.fixture(params=["pipelined", "registers"])
 def decode_kernel(request, monkeypatch):
-    """FP8 caches at head_dim 128 take the cp.async pipeline with FP8EXT_DECODE_PIPELINE=1
-    (read at each launch; off by default until measured): the decode tests run both kernels."""
+    """FP8 caches at head_dim 128 take the cp.async pipeline unless FP8EXT_DECODE_PIPELINE=0
+    (read at each launch): the decode tests run both kernels."""
     monkeypatch.setenv("FP8EXT_DECODE_PIPELINE", "1" if request.param == "pipelined" else "0")
     return request.param
 

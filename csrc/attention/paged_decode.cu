@@ -77,7 +77,7 @@ __device__ __forceinline__ void load_words(const uint8_t* p, uint32_t (&w)[Words
   }
 }
 
-// The pipelined variant (FP8 caches, head_dim 128; opt-in, see
+// The pipelined variant (FP8 caches, head_dim 128; the default, see
 // decode_pipeline_enabled): each warp streams its
 // steps' K and V rows into kStages shared-memory stages with cp.async, kStages - 1
 // steps ahead of the one it computes, so its loads stay in flight through the
@@ -338,67 +338,77 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
 }
 
 // out = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse_s - max lse): one block per
-// (sequence, query head). The block finds the max and the weights together
-// (chunks of kMergeChunk splits in shared memory), then each thread sums its
-// head-dim elements over the splits with several loads in flight: a serial
-// loop per thread took 14.5 us for 49 splits at batch 1 (ncu, 2026-11-29).
-constexpr int kMergeChunk = 512;
-
+// (sequence, query head). Thread t sums float4 column t % (D / 4) of the
+// partial outputs over every kLanes-th split from t / (D / 4); its first
+// kPrefetch splits (up to 64 in all at D = 128) are loaded together with their
+// log-sum-exps before the max is known, so the block waits on memory once
+// instead of once per few splits (a loop over 49 splits with eight loads in
+// flight left batch-1 rows ~8 us slower than batch 8, H200 2026-11-29). The
+// lanes' sums meet in shared memory.
 template <typename Q, int D>
 __global__ void __launch_bounds__(kThreads) merge_kernel(DecodeArgs a) {
-  __shared__ float w_s[kMergeChunk];
+  constexpr int kCols = D / 4;
+  constexpr int kLanes = kThreads / kCols;
+  constexpr int kPrefetch = 16;
+  static_assert(kThreads % kCols == 0 && kLanes >= 1, "a block row covers whole partial rows");
+  __shared__ float4 sum_s[kLanes][kCols];
+  __shared__ float den_s[kLanes];
   __shared__ float red[32];
   begin_dependent_kernel();
-  constexpr int kPerThread = (D + kThreads - 1) / kThreads;
   const int64_t head = blockIdx.x;
-  const int tid = threadIdx.x, n = a.num_splits;
+  const int tid = threadIdx.x, n = a.num_splits, col = tid % kCols, lane = tid / kCols;
   const float* lse = a.part_lse + head * n;
-  const float* part = a.part_out + head * n * D;
+  const float4* part = reinterpret_cast<const float4*>(a.part_out + head * n * D) + col;
+  float l_pre[kPrefetch];
+  float4 p_pre[kPrefetch];
+#pragma unroll
+  for (int i = 0; i < kPrefetch; ++i) {
+    const int s = lane + i * kLanes;
+    l_pre[i] = s < n ? lse[s] : -INFINITY;
+    p_pre[i] = s < n ? part[int64_t{s} * kCols] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
   float mx = -INFINITY;
   bool nan = false;
-  for (int s = tid; s < n; s += kThreads) {
-    const float l = lse[s];
-    nan |= isnan(l);
-    mx = fmaxf(mx, l);  // skips NaNs
-  }
+#pragma unroll
+  for (int i = 0; i < kPrefetch; ++i) nan |= isnan(l_pre[i]), mx = fmaxf(mx, l_pre[i]);  // fmaxf skips NaNs
+  for (int s = lane + kPrefetch * kLanes; s < n; s += kLanes) nan |= isnan(lse[s]), mx = fmaxf(mx, lse[s]);
   mx = detail::block_max(mx, red);
   nan = __syncthreads_or(nan);
-  float num[kPerThread] = {}, den = 0.0f;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float den = 0.0f;
+  auto add = [&](float l, const float4& p) {
+    const float w = exp2f(l - mx);  // 0 for an empty split (lse -inf)
+    den += w;
+    acc.x = fmaf(w, p.x, acc.x), acc.y = fmaf(w, p.y, acc.y), acc.z = fmaf(w, p.z, acc.z), acc.w = fmaf(w, p.w, acc.w);
+  };
   if (mx > -INFINITY) {  // else every split was empty: the output is 0
-    for (int s0 = 0; s0 < n; s0 += kMergeChunk) {
-      const int len = min(kMergeChunk, n - s0);
-      __syncthreads();  // the previous chunk's weights have been read
-      for (int j = tid; j < len; j += kThreads) w_s[j] = exp2f(lse[s0 + j] - mx);  // 0 for empty splits
-      __syncthreads();
-#pragma unroll 8
-      for (int j = 0; j < len; ++j) {
-        const float w = w_s[j];
-        den += w;
 #pragma unroll
-        for (int e = 0; e < kPerThread; ++e) {
-          const int d = tid + e * kThreads;
-          if (d < D) num[e] = fmaf(w, part[(s0 + j) * int64_t{D} + d], num[e]);
-        }
-      }
-    }
+    for (int i = 0; i < kPrefetch; ++i) add(l_pre[i], p_pre[i]);
+    for (int s = lane + kPrefetch * kLanes; s < n; s += kLanes) add(lse[s], part[int64_t{s} * kCols]);
   }
+  sum_s[lane][col] = acc;
+  if (col == 0) den_s[lane] = den;
+  __syncthreads();
+  for (int d = tid; d < D; d += kThreads) {
+    float num = 0.0f, total = 0.0f;
 #pragma unroll
-  for (int e = 0; e < kPerThread; ++e) {
-    const int d = tid + e * kThreads;
-    if (d < D) {
-      const float o = nan ? NAN : (den > 0.0f ? num[e] / den : 0.0f);
-      static_cast<Q*>(a.out)[head * D + d] = from_float<Q>(o);
+    for (int l = 0; l < kLanes; ++l) {
+      num += reinterpret_cast<const float*>(&sum_s[l][0])[d];
+      total += den_s[l];
     }
+    const float o = nan ? NAN : (total > 0.0f ? num / total : 0.0f);
+    static_cast<Q*>(a.out)[head * D + d] = from_float<Q>(o);
   }
 }
 
-// The pipelined kernel only with FP8EXT_DECODE_PIPELINE=1 until it has been
-// measured on the H200 (written in session 7 without device time); read at each
-// launch, so one process can compare both (bench/bench_decode.py,
+// FP8 caches at head_dim 128 take the pipelined kernel (H200, 2026-11-29:
+// 2.33-3.97 TB/s over the decode suite against 1.68-3.55 for the register
+// kernel); FP8EXT_DECODE_PIPELINE=0 selects the register kernel instead. Read
+// at each launch, so one process can compare both (bench/bench_decode.py,
 // tests/test_kv_cache_cuda.py, csrc/tests/test_paged_kv_cuda.cpp).
 inline bool decode_pipeline_enabled() {
   const char* v = std::getenv("FP8EXT_DECODE_PIPELINE");
-  return v && std::strcmp(v, "1") == 0;
+  return !(v && std::strcmp(v, "0") == 0);
 }
 
 // Launches the pipelined decode kernel for (Q, C) with its 64 KB of dynamic
