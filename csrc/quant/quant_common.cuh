@@ -38,25 +38,6 @@ __device__ __forceinline__ __half from_float<__half>(float v) { return __float2h
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
-// L2 eviction priorities (createpolicy, sm_80+), for data one kernel leaves in
-// L2 for the next: read it evict-last there and evict-first here.
-__device__ __forceinline__ uint64_t l2_policy(bool keep) {
-  uint64_t p;
-  if (keep)
-    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-  else
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-
-__device__ __forceinline__ uint4 load_with_l2_policy(const uint4* p, uint64_t policy) {
-  uint4 v;
-  asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "l"(policy));
-  return v;
-}
-
 // The input matrix, typed. `vec` says rows start 16-byte aligned, so a chunk
 // starting at a multiple of 16 columns can be read with vector loads. A chunk
 // can be kept raw (in its input type: half the registers of floats for 16-bit
@@ -74,30 +55,16 @@ struct Input {
   int64_t rows, cols, row_stride;
   bool vec;
 
-  // Columns past `cols` read as zeros. Streaming loads (evict-first) by default:
-  // each byte is read once; kStream = false keeps the bytes in L2 for a second pass.
-  template <bool kStream = true>
+  // Columns past `cols` read as zeros. Streaming loads (evict-first): each
+  // byte is read once per pass.
   __device__ __forceinline__ void load_raw(int64_t r, int64_t c0, Raw& raw) const {
     const T* p = data + r * row_stride + c0;
     if (vec && c0 + kChunk <= cols) {
 #pragma unroll
-      for (int i = 0; i < kWords; ++i)
-        raw.words[i] = kStream ? __ldcs(reinterpret_cast<const uint4*>(p) + i)
-                               : __ldg(reinterpret_cast<const uint4*>(p) + i);
+      for (int i = 0; i < kWords; ++i) raw.words[i] = __ldcs(reinterpret_cast<const uint4*>(p) + i);
     } else {
 #pragma unroll
       for (int i = 0; i < kChunk; ++i) raw.elems[i] = c0 + i < cols ? p[i] : T(0.0f);
-    }
-  }
-
-  // As load_raw, with an L2 eviction policy (l2_policy) on the vector loads.
-  __device__ __forceinline__ void load_raw_with_policy(int64_t r, int64_t c0, Raw& raw, uint64_t policy) const {
-    const T* p = data + r * row_stride + c0;
-    if (vec && c0 + kChunk <= cols) {
-#pragma unroll
-      for (int i = 0; i < kWords; ++i) raw.words[i] = load_with_l2_policy(reinterpret_cast<const uint4*>(p) + i, policy);
-    } else {
-      load_raw(r, c0, raw);
     }
   }
 

@@ -6,8 +6,6 @@
 // grid-stride over a grid of a few blocks per SM, so per-block set-up (the
 // scale, its reciprocal) is paid rarely and no 64-bit division is needed.
 #include <algorithm>
-#include <cstdint>
-#include <cstdlib>
 
 #include "fp8ext/quantize_cuda.h"
 #include "quant_common.cuh"
@@ -41,33 +39,13 @@ __device__ __forceinline__ int64_t step_row(int64_t rows, int64_t r, int i, int6
   return kReverse ? rows - 1 - (r + i * step) : r + i * step;
 }
 
-// Loads chunk column c of the step's rows (all loads issued before any use);
-// rows from `hint_from` on are read under the L2 `policy`.
-template <bool kReverse, bool kStream, typename T, int N>
+// Loads chunk column c of the step's rows (all loads issued before any use).
+template <bool kReverse, typename T, int N>
 __device__ __forceinline__ void load_step(const Input<T>& in, int64_t r, int64_t c, int64_t step,
-                                          typename Input<T>::Raw (&raw)[N], int64_t hint_from = INT64_MAX,
-                                          uint64_t policy = 0) {
+                                          typename Input<T>::Raw (&raw)[N]) {
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    if (r + i * step >= in.rows) continue;
-    const int64_t row = step_row<kReverse>(in.rows, r, i, step);
-    if (row >= hint_from)
-      in.load_raw_with_policy(row, c * kChunk, raw[i], policy);
-    else
-      in.template load_raw<kStream>(row, c * kChunk, raw[i]);
-  }
-}
-
-// Current scaling's two passes share L2: the amax pass reads the last rows
-// evict-last, and the quantize pass, walking bottom-up, reads them first,
-// evict-first (which releases them). The kept rows take part of the L2
-// (FP8EXT_L2_KEEP, a fraction; the quantize pass's own writes need the rest).
-inline int64_t l2_kept_from(const ConstMatrix& x) {
-  const char* env = std::getenv("FP8EXT_L2_KEEP");
-  const double fraction = env ? std::atof(env) : 0.5;
-  const int64_t row_bytes = std::max<int64_t>(1, x.cols * (x.dtype == DType::kFloat32 ? 4 : 2));
-  const int64_t kept = static_cast<int64_t>(fraction * static_cast<double>(current_device_info().l2_bytes)) / row_bytes;
-  return std::max<int64_t>(0, x.rows - kept);
+  for (int i = 0; i < N; ++i)
+    if (r + i * step < in.rows) in.load_raw(step_row<kReverse>(in.rows, r, i, step), c * kChunk, raw[i]);
 }
 
 // Delayed scaling's bookkeeping, run by one whole block: pushes `newest` to the
@@ -109,7 +87,7 @@ template <typename T, Fp8Format F, bool kScaleFromAmax, bool kReduceAmax>
 __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> in, Output out, int64_t chunks_per_row,
                                                                    const float* scale_or_amax, ScaleRule rule,
                                                                    float* scale_record, float* workspace,
-                                                                   DelayedUpdate delayed, int64_t kept_from) {
+                                                                   DelayedUpdate delayed) {
   __shared__ float smem[32];
   __shared__ bool last_block;
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
@@ -117,17 +95,13 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
   const Scale scale(s);
   constexpr int N = kQuantizeRowsPerStep;
-  // Current scaling's second pass walks the rows bottom-up: the amax pass walked
-  // them top-down without evicting, so the rows it read last are still in L2.
+  // Current scaling's second pass walks the rows bottom-up, starting where the
+  // amax pass ended (what of it is still in L2); measured so (bench/NOTES.md).
   constexpr bool kReverse = kScaleFromAmax;
   float amax = 0.0f;  // with infinities (NaNs skipped): a finite max is redone below only if needed
-  const uint64_t release = kScaleFromAmax ? l2_policy(false) : 0;
   for_each_chunk_step<N>(out.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {
     typename Input<T>::Raw raw[N];
-    if constexpr (kScaleFromAmax)
-      load_step<kReverse, true>(in, r, c, step, raw, kept_from, release);
-    else
-      load_step<kReverse, true>(in, r, c, step, raw);
+    load_step<kReverse>(in, r, c, step, raw);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       if (r + i * step >= out.rows) break;
@@ -161,16 +135,18 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out,
-                                                        int64_t kept_from) {
+__global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out) {
   __shared__ float smem[32];
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
   constexpr int N = kAmaxRowsPerStep<T>;
-  const uint64_t keep = l2_policy(true);
   float amax = 0.0f;
   for_each_chunk_step<N>(in.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {
     typename Input<T>::Raw raw[N];
-    load_step<false, true>(in, r, c, step, raw, kept_from, keep);  // the quantize pass re-reads the kept rows from L2
+    // Streaming (evict-first) like every other pass: cached loads, meant to leave
+    // the tail in L2 for the quantize pass, made the two passes 169.5 us
+    // instead of 160 at 16384 x 8192 bf16 (H200, 2026-11-30), and keeping rows
+    // evict-last for it was slower still (bench/NOTES.md, session 8).
+    load_step<false>(in, r, c, step, raw);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       if (r + i * step >= in.rows) break;
@@ -229,7 +205,7 @@ cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const 
   dispatch(x, q.format, [&](auto in, auto fmt) {
     err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, false>,
                  grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, out, chunks, scale,
-                 ScaleRule{}, nullptr, nullptr, DelayedUpdate{}, INT64_MAX);
+                 ScaleRule{}, nullptr, nullptr, DelayedUpdate{});
   });
   return err;
 }
@@ -242,17 +218,16 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
   if (err != cudaSuccess) return err;
   const int64_t chunks = write_chunks_per_row(q);
   const int64_t read_chunks = ceil_div(x.cols, kChunk);
-  const int64_t kept_from = l2_kept_from(x);
   dispatch(x, q.format, [&](auto in, auto fmt) {
     using T = typename decltype(in)::Element;
     if (read_chunks * x.rows > 0)
       err = launch(amax_kernel<T>, grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>), dim3(kThreads), stream, in,
-                   read_chunks, amax_workspace, kept_from);
+                   read_chunks, amax_workspace);
     // Runs even for an empty tensor: block 0 writes the scale (1 for amax 0).
     if (err == cudaSuccess)
       err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false>,
                    grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, make_output(q),
-                   chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{}, kept_from);
+                   chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{});
   });
   return err;
 }
@@ -269,7 +244,7 @@ cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool u
     // An empty tensor still launches one block, which records amax 0.
     err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, true>,
                  grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, make_output(q), chunks,
-                 scale, rule, scale_used, amax_workspace, update, INT64_MAX);
+                 scale, rule, scale_used, amax_workspace, update);
   });
   return err;
 }

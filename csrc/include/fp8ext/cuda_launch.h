@@ -15,7 +15,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -26,7 +25,6 @@ struct DeviceInfo {
   int device = 0;
   int sm_count = 132;
   int major = 0;  // compute capability
-  int64_t l2_bytes = 50 << 20;
   // The kernels run code built for sm_90 only on Hopper: elsewhere the
   // quantization kernels JIT their compute_80 PTX, which has neither the PDL
   // wait nor clusters. PDL and the cluster kernels are Hopper-only.
@@ -42,12 +40,11 @@ inline const DeviceInfo& current_device_info() {
     return info;
   }
   if (device != cached_device) {
-    int sms = 0, major = 0, l2 = 0;
+    int sms = 0, major = 0;
     const bool ok = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
-                    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-                    cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) == cudaSuccess;
+                    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess;
     if (!ok) (void)cudaGetLastError();
-    info = DeviceInfo{device, ok && sms > 0 ? sms : 132, ok ? major : 0, ok && l2 > 0 ? l2 : int64_t{50} << 20};
+    info = DeviceInfo{device, ok && sms > 0 ? sms : 132, ok ? major : 0};
     cached_device = device;
   }
   return info;
