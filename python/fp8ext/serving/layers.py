@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from fp8ext.nn.linear import FP8Linear
@@ -18,26 +19,36 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
+        # F.rms_norm upcasts to float32 and rounds back before returning, as HF does; one op instead
+        # of five (bit-identical on the CPU; tests/test_serving.py).
+        return self.weight * F.rms_norm(x, (x.shape[-1],), None, self.eps)
 
 
 class Rotary(nn.Module):
-    """Plain RoPE on [tokens, heads, head_dim] at given positions (rotate-half layout)."""
+    """Plain RoPE on [tokens, heads, head_dim] at given positions (rotate-half layout). The tables
+    depend on the positions only, so a step computes them once for all layers (`tables`) and each
+    layer applies them to its q and k (`apply`)."""
 
     def __init__(self, head_dim: int, theta: float, device=None):
         super().__init__()
         exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
         self.register_buffer("inv_freq", 1.0 / (theta ** exponents), persistent=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple:
+        """cos and sin [tokens, 1, head_dim] in `dtype`; sin's first half negated, which
+        `apply` uses in place of negating x's second half (exact either way)."""
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos().to(x.dtype)[:, None, :], emb.sin().to(x.dtype)[:, None, :]
+        cos, sin = freqs.cos().to(dtype), freqs.sin().to(dtype)
+        return torch.cat((cos, cos), dim=-1)[:, None, :], torch.cat((-sin, sin), dim=-1)[:, None, :]
+
+    @staticmethod
+    def apply(x: torch.Tensor, tables: tuple) -> torch.Tensor:
+        cos, signed_sin = tables
         half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rotated * sin
+        return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * signed_sin
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.apply(x, self.tables(positions, x.dtype))
 
 
 def fuse_linears(shards, recipe: Recipe | None = None) -> nn.Module:

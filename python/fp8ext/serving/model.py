@@ -23,18 +23,18 @@ class Attention(nn.Module):
         self.o = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False, dtype=dtype, device=device)
         self.kv_amax = None  # [k amax [H_kv], v amax [H_kv]] while calibrating
 
-    def _project(self, x, positions, rotary):
+    def _project(self, x, rope):
         cfg = self.cfg
         q, k, v = self.qkv(x).split(cfg.qkv_sizes, dim=-1)
-        q = rotary(q.reshape(-1, cfg.num_heads, cfg.head_dim), positions)
-        k = rotary(k.reshape(-1, cfg.num_kv_heads, cfg.head_dim), positions)
+        q = Rotary.apply(q.reshape(-1, cfg.num_heads, cfg.head_dim), rope)
+        k = Rotary.apply(k.reshape(-1, cfg.num_kv_heads, cfg.head_dim), rope)
         return q, k, v.reshape(-1, cfg.num_kv_heads, cfg.head_dim)
 
-    def prefill(self, x, positions, slots, lengths, rotary, cache: PagedKVCache):
+    def prefill(self, x, rope, slots, lengths, cache: PagedKVCache):
         """x [total tokens, hidden]: the prompts packed back to back. Causal
         attention over each prompt's own (unquantized) K and V; K and V go to the
         cache through the fused write."""
-        q, k, v = self._project(x, positions, rotary)
+        q, k, v = self._project(x, rope)
         if self.kv_amax is not None:  # calibration: amax per KV head of what the cache stores
             self.kv_amax = [torch.maximum(m, t.detach().abs().amax(dim=(0, 2)).float())
                             for m, t in zip(self.kv_amax, (k, v))]
@@ -46,9 +46,10 @@ class Attention(nn.Module):
             outs.append(o[0].transpose(0, 1).reshape(qs.shape[0], -1))
         return self.o(torch.cat(outs))
 
-    def decode(self, x, positions, slots, plan: DecodePlan, rotary, cache: PagedKVCache):
-        """x [batch, hidden]: one new token per sequence, written before the attention reads it."""
-        q, k, v = self._project(x, positions, rotary)
+    def decode(self, x, rope, slots, plan: DecodePlan, cache: PagedKVCache):
+        """x [batch, hidden]: one new token per sequence, written before the attention reads it;
+        rope: the step's rotary tables (Rotary.tables)."""
+        q, k, v = self._project(x, rope)
         cache.write(self.layer, k, v, slots)
         return self.o(cache.attention(self.layer, q, plan).reshape(x.shape[0], -1))
 
@@ -180,8 +181,8 @@ class LlamaModel(nn.Module):
         tokens = torch.cat([p.reshape(-1) for p in prompts]).to(self.device)
         positions = torch.cat([torch.arange(n) for n in lengths]).to(self.device)
         slots = torch.cat([s.reshape(-1) for s in slots]).to(self.device)
-        h = self._layers(self.embed(tokens),
-                         lambda attn, x: attn.prefill(x, positions, slots, lengths, self.rotary, cache))
+        rope = self.rotary.tables(positions, self.dtype)
+        h = self._layers(self.embed(tokens), lambda attn, x: attn.prefill(x, rope, slots, lengths, cache))
         last = torch.tensor(lengths).cumsum(0).to(self.device) - 1
         return self._logits(h[last])
 
@@ -196,7 +197,8 @@ class LlamaModel(nn.Module):
         h = self.embed(tokens)
         if live is not None:
             h = h * live[:, None]
-        h = self._layers(h, lambda attn, x: attn.decode(x, positions, slots, plan, self.rotary, cache))
+        rope = self.rotary.tables(positions, self.dtype)
+        h = self._layers(h, lambda attn, x: attn.decode(x, rope, slots, plan, cache))
         return self._logits(h)
 
 
