@@ -17,8 +17,16 @@ import torch
 HEAD_START_CYCLES = 1_000_000
 
 
+# Warm-up length before timing: after an idle spell (a torch.compile of the
+# anchor, a capture, the process start) the first calls ran ~8% slower on the H200
+# (2026-11-30: the same static quantize timed 108 us straight after a compile and
+# 99.5 us once the GPU had been busy), so a few warm-up calls are not enough.
+WARMUP_MS = 200.0
+
+
 def time_ms(fn, repeats: int = 30, warmup: int = 5) -> float:
-    """Median time of fn() in ms, each call timed with CUDA events.
+    """Median time of fn() in ms, each call timed with CUDA events, after at
+    least `warmup` calls and WARMUP_MS of back-to-back calls.
 
     A busy-wait kernel is queued before the start event so that the host has
     enqueued all of fn's work before the GPU reaches the event: otherwise an
@@ -26,6 +34,14 @@ def time_ms(fn, repeats: int = 30, warmup: int = 5) -> float:
     dispatch latency (~20 us per op from Python, seen 2026-11-29: ncu gave a
     100 us kernel that this timer, without the head start, read as 124 us)."""
     for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    for _ in range(min(20_000, int(WARMUP_MS / max(start.elapsed_time(end), 1e-3)))):
         fn()
     torch.cuda.synchronize()
     times = []
