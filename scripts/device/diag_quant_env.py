@@ -29,9 +29,13 @@ s = torch.tensor(0.05, device="cuda")
 
 
 def show(state):
+    """Times both ops and prints where the input and each op's output live (the
+    caching allocator hands the same block back to every timed call)."""
     static = time_ms(lambda: ops.quantize_with_scale(x, s, F8, 0))
     current = time_ms(lambda: ops.quantize_per_tensor(x, F8, 0, False, 0))
-    print(f"{state:32s} static {static * 1e3:6.1f} us  per-tensor current {current * 1e3:6.1f} us", flush=True)
+    q_static, (q_current, _) = ops.quantize_with_scale(x, s, F8, 0), ops.quantize_per_tensor(x, F8, 0, False, 0)
+    print(f"{state:32s} static {static * 1e3:6.1f} us  per-tensor current {current * 1e3:6.1f} us  "
+          f"x at {x.data_ptr():#x}, outputs at {q_static.data_ptr():#x} / {q_current.data_ptr():#x}", flush=True)
 
 
 show("fresh")
@@ -45,3 +49,6 @@ torch.cuda.synchronize()
 show("after a torch.compile'd function")
 time.sleep(3)
 show("after 3 s idle")
+x = x.clone()  # the same values in a new block: does the input's place matter?
+torch.cuda.empty_cache()
+show("input copied, cache emptied")
