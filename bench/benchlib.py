@@ -17,10 +17,10 @@ import torch
 HEAD_START_CYCLES = 1_000_000
 
 
-# Warm-up length before timing: after an idle spell (a torch.compile of the
-# anchor, a capture, the process start) the first calls ran ~8% slower on the H200
-# (2026-11-30: the same static quantize timed 108 us straight after a compile and
-# 99.5 us once the GPU had been busy), so a few warm-up calls are not enough.
+# Warm-up before timing: 200 ms of back-to-back calls after the first few, so
+# clocks and caches settle before the median is taken (METHOD.md). It did not
+# remove the two speeds of the quantize kernels seen on 2026-11-30
+# (bench/NOTES.md, session 8), whose cause is not known.
 WARMUP_MS = 200.0
 
 

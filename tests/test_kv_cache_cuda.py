@@ -114,6 +114,22 @@ def test_long_sequence_split_kv_with_window_and_softcap(num_splits, seed, decode
         assert rel(got.cpu(), want) < MMA_TOL[E4M3], (window, softcap)
 
 
+@pytest.mark.parametrize("dim", [64, 128, 256])
+def test_merge_of_more_splits_than_it_prefetches(dim, seed, decode_kernel):
+    """150 splits: past the merge's one-round prefetch (16 per thread: 128, 64 and 32
+    splits at head_dim 64, 128 and 256), so its tail loop runs; empty splits included."""
+    page_size, heads = 16, 2
+    table, lens = scattered_tables([3000, 100, 1], page_size, 200)
+    k_pool, v_pool = (random_pool(200, page_size, heads, dim, E4M3) for _ in range(2))
+    scale = torch.tensor(0.05)
+    q = torch.randn(3, 4, dim)
+    args = (table, lens, scale, scale, dim ** -0.5, 150, 0, 0.0)
+    want = ref.paged_decode_attention(q, k_pool, v_pool, *args)
+    got = torch.ops.fp8ext.paged_decode_attention(q.cuda(), k_pool.cuda(), v_pool.cuda(),
+                                                  *(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
+    assert rel(got.cpu(), want) < MMA_TOL[E4M3]
+
+
 @pytest.mark.parametrize("num_splits", [1, 3])
 def test_split_merge_with_very_negative_scores(num_splits, seed, decode_kernel):
     """Every score is -128 (each split's log2-sum-exp near -180): softmax is shift-invariant,

@@ -147,6 +147,36 @@ def test_bad_requests_and_shapes_raise_clear_errors():
         LlamaConfig(97, 64, 96, 2, 5, 2, 16)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_norm_and_rotary_equal_the_plain_formulas_bit_for_bit(dtype, seed):
+    """RMSNorm through F.rms_norm and the per-step rotary tables compute exactly the
+    plain float32 formulas they replaced (Hugging Face Llama's)."""
+    from fp8ext.serving.layers import RMSNorm, Rotary
+    torch.manual_seed(seed)
+    x = (torch.randn(5, 3, 64) * 4).to(dtype)
+    norm = RMSNorm(64, 1e-5, dtype)
+    norm.weight.copy_(torch.rand(64) + 0.5)
+    h = x.float()
+    want = norm.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)).to(dtype)
+    assert torch.equal(norm(x), want)
+
+    rotary = Rotary(64, 10000.0)
+    positions = torch.randint(0, 5000, (5,))
+    freqs = positions.float()[:, None] * rotary.inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos().to(dtype)[:, None, :], emb.sin().to(dtype)[:, None, :]
+    want = x * cos + torch.cat((-x[..., 32:], x[..., :32]), dim=-1) * sin
+    assert torch.equal(Rotary.rotate(x, rotary.tables(positions, dtype)), want)
+    assert torch.equal(rotary(x, positions), want)
+
+
+def test_module_apply_reaches_every_submodule():
+    """nn.Module.apply (used by weight initialisers) is not shadowed by a layer's own method."""
+    seen = []
+    tiny_model().apply(lambda m: seen.append(type(m).__name__))
+    assert "Rotary" in seen and "RMSNorm" in seen
+
+
 def test_config_presets_and_rope_scaling_refusal():
     cfg = LlamaConfig.llama3_8b()
     assert (cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size) == \

@@ -21,6 +21,7 @@
 #include <cuda_fp8.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -401,9 +402,10 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(DecodeArgs a) {
   }
 }
 
-// FP8 caches at head_dim 128 take the pipelined kernel (H200, 2026-11-29:
-// 2.33-3.97 TB/s over the decode suite against 1.68-3.55 for the register
-// kernel); FP8EXT_DECODE_PIPELINE=0 selects the register kernel instead. Read
+// FP8 caches at head_dim 128 take the pipelined kernel (H200, 2026-11-30:
+// 2.64-3.99 TB/s over the decode suite against 2.11-3.59 for the register
+// kernel, bench/results/decode_2026-11-30_h200_run8_pipeline_default_merge.json);
+// FP8EXT_DECODE_PIPELINE=0 selects the register kernel instead. Read
 // at each launch, so one process can compare both (bench/bench_decode.py,
 // tests/test_kv_cache_cuda.py, csrc/tests/test_paged_kv_cuda.cpp).
 inline bool decode_pipeline_enabled() {
@@ -499,7 +501,9 @@ cudaError_t paged_decode_attention(const DecodeProblem& p, void* workspace, cuda
     return cudaErrorInvalidValue;  // cache rows and row bytes are int32 in the kernel
   float* part_out = static_cast<float*>(workspace);
   float* part_lse = part_out ? part_out + p.batch * p.num_q_heads * p.num_splits * dim : nullptr;
-  if (p.num_splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
+  // The merge reads the partial outputs as float4.
+  if (p.num_splits > 1 && (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % 16 != 0))
+    return cudaErrorInvalidValue;
   const DecodeArgs a{p.q, static_cast<const uint8_t*>(p.k.data), static_cast<const uint8_t*>(p.v.data),
                      p.k.num_pages, p.k.page_size, kv_heads, p.num_q_heads, group, head_blocks,
                      p.k_scale.data, p.v_scale.data, p.k_scale.per_head, p.v_scale.per_head,

@@ -95,8 +95,9 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
   const Scale scale(s);
   constexpr int N = kQuantizeRowsPerStep;
-  // Current scaling's second pass walks the rows bottom-up, starting where the
-  // amax pass ended (what of it is still in L2); measured so (bench/NOTES.md).
+  // Current scaling's second pass walks the rows bottom-up: left from an L2
+  // reuse design that showed no reuse (bench/NOTES.md, sessions 7 and 8); the
+  // figures were measured with it, so it stays until forward order is timed.
   constexpr bool kReverse = kScaleFromAmax;
   float amax = 0.0f;  // with infinities (NaNs skipped): a finite max is redone below only if needed
   for_each_chunk_step<N>(out.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {

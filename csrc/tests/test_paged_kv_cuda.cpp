@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -150,16 +152,45 @@ FP8EXT_TEST(decode_split_kv_matches_float64) {
   require_gpu();
   check_decode(3, 8);
   check_decode(7, 4);
+  check_decode(150, 8);  // past the merge's prefetch (64 splits at head_dim 128): its tail loop
 }
+
+// Sets an environment variable for one scope and restores what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
 
 // FP8 at head_dim 128 takes the cp.async pipeline by default (the tests above);
 // this runs its register-path alternative (FP8EXT_DECODE_PIPELINE=0).
 FP8EXT_TEST(decode_register_path_matches_float64) {
   require_gpu();
-  setenv("FP8EXT_DECODE_PIPELINE", "0", 1);
+  const ScopedEnv registers("FP8EXT_DECODE_PIPELINE", "0");
   check_decode(1, 8);
   check_decode(3, 4);
-  unsetenv("FP8EXT_DECODE_PIPELINE");
+}
+
+// The merge reads the workspace as float4: a misaligned one is refused before
+// anything is launched (no GPU needed; the pointers are never dereferenced).
+FP8EXT_TEST(decode_refuses_a_misaligned_workspace) {
+  void* fake = reinterpret_cast<void*>(uintptr_t{0x10000});
+  cuda::DecodeProblem p{fake, DType::kFloat32, 1, 8, pool(fake), pool(fake), {static_cast<float*>(fake), true},
+                        {static_cast<float*>(fake), false}, static_cast<int32_t*>(fake), 1,
+                        static_cast<int32_t*>(fake), 1.0f, 2, 0, 0.0f, fake};
+  EXPECT_EQ(cuda::paged_decode_attention(p, reinterpret_cast<void*>(uintptr_t{0x10004}), nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::paged_decode_attention(p, nullptr, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace

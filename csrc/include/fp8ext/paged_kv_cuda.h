@@ -54,7 +54,9 @@ struct DecodeProblem {
 };
 
 // A sequence whose length exceeds its table or whose pages lie outside the
-// pool gets NaN outputs (the kernel never reads outside the pools).
+// pool gets NaN outputs (the kernel never reads outside the pools). With
+// num_splits > 1 the workspace (paged_decode_workspace_bytes) must be 16-byte
+// aligned.
 size_t paged_decode_workspace_bytes(const DecodeProblem& p);
 cudaError_t paged_decode_attention(const DecodeProblem& p, void* workspace, cudaStream_t stream);
 

@@ -19,15 +19,15 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # F.rms_norm upcasts to float32 and rounds back before returning, as HF does; one op instead
-        # of five (bit-identical on the CPU; tests/test_serving.py).
+        # F.rms_norm upcasts to float32 and rounds back before returning, as HF does: one op where
+        # the float32 formula took five (bit-identical on the CPU: tests/test_serving.py).
         return self.weight * F.rms_norm(x, (x.shape[-1],), None, self.eps)
 
 
 class Rotary(nn.Module):
     """Plain RoPE on [tokens, heads, head_dim] at given positions (rotate-half layout). The tables
     depend on the positions only, so a step computes them once for all layers (`tables`) and each
-    layer applies them to its q and k (`apply`)."""
+    layer applies them to its q and k (`rotate`)."""
 
     def __init__(self, head_dim: int, theta: float, device=None):
         super().__init__()
@@ -36,19 +36,19 @@ class Rotary(nn.Module):
 
     def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple:
         """cos and sin [tokens, 1, head_dim] in `dtype`; sin's first half negated, which
-        `apply` uses in place of negating x's second half (exact either way)."""
+        `rotate` uses in place of negating x's second half (exact either way)."""
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
         cos, sin = freqs.cos().to(dtype), freqs.sin().to(dtype)
         return torch.cat((cos, cos), dim=-1)[:, None, :], torch.cat((-sin, sin), dim=-1)[:, None, :]
 
     @staticmethod
-    def apply(x: torch.Tensor, tables: tuple) -> torch.Tensor:
+    def rotate(x: torch.Tensor, tables: tuple) -> torch.Tensor:
         cos, signed_sin = tables
         half = x.shape[-1] // 2
         return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * signed_sin
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return self.apply(x, self.tables(positions, x.dtype))
+        return self.rotate(x, self.tables(positions, x.dtype))
 
 
 def fuse_linears(shards, recipe: Recipe | None = None) -> nn.Module:

@@ -26,8 +26,8 @@ class Attention(nn.Module):
     def _project(self, x, rope):
         cfg = self.cfg
         q, k, v = self.qkv(x).split(cfg.qkv_sizes, dim=-1)
-        q = Rotary.apply(q.reshape(-1, cfg.num_heads, cfg.head_dim), rope)
-        k = Rotary.apply(k.reshape(-1, cfg.num_kv_heads, cfg.head_dim), rope)
+        q = Rotary.rotate(q.reshape(-1, cfg.num_heads, cfg.head_dim), rope)
+        k = Rotary.rotate(k.reshape(-1, cfg.num_kv_heads, cfg.head_dim), rope)
         return q, k, v.reshape(-1, cfg.num_kv_heads, cfg.head_dim)
 
     def prefill(self, x, rope, slots, lengths, cache: PagedKVCache):
@@ -181,8 +181,9 @@ class LlamaModel(nn.Module):
         tokens = torch.cat([p.reshape(-1) for p in prompts]).to(self.device)
         positions = torch.cat([torch.arange(n) for n in lengths]).to(self.device)
         slots = torch.cat([s.reshape(-1) for s in slots]).to(self.device)
-        rope = self.rotary.tables(positions, self.dtype)
-        h = self._layers(self.embed(tokens), lambda attn, x: attn.prefill(x, rope, slots, lengths, cache))
+        h = self.embed(tokens)
+        rope = self.rotary.tables(positions, h.dtype)
+        h = self._layers(h, lambda attn, x: attn.prefill(x, rope, slots, lengths, cache))
         last = torch.tensor(lengths).cumsum(0).to(self.device) - 1
         return self._logits(h[last])
 
@@ -197,7 +198,7 @@ class LlamaModel(nn.Module):
         h = self.embed(tokens)
         if live is not None:
             h = h * live[:, None]
-        rope = self.rotary.tables(positions, self.dtype)
+        rope = self.rotary.tables(positions, h.dtype)
         h = self._layers(h, lambda attn, x: attn.decode(x, rope, slots, plan, cache))
         return self._logits(h)
 
