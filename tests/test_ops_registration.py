@@ -15,6 +15,8 @@ def op_cases(device):
     yield torch.ops.fp8ext.quantize_with_scale.default, (x, torch.tensor(0.5, device=device), F8, 16)
     for name in ["quantize_per_tensor", "quantize_per_row", "quantize_per_group", "quantize_per_block"]:
         yield getattr(torch.ops.fp8ext, name).default, (x, F8, 0, False, 16)
+    yield torch.ops.fp8ext.rms_norm_quantize_per_row.default, (
+        x, torch.rand(300, device=device, dtype=torch.bfloat16) + 0.5, 1e-5, F8, 0, False, 16)
     yield torch.ops.fp8ext.quantize_delayed.default, (
         x, torch.zeros(8, device=device), torch.ones((), device=device), F8, 0, False, True, 16)
     a = torch.randn(37, 64, device=device).to(F8)

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "fp8ext/fp8_format.h"
 #include "fp8ext/quantize.h"
 #include "fp8ext/quantize_cuda.h"
 #include "cuda_test_util.h"
@@ -184,5 +186,69 @@ FP8EXT_TEST(cuda_group_scales_match_cpu_across_magnitudes) {
     const std::string ctx = "margin " + std::to_string(rule.margin) + " pow2 " + std::to_string(rule.power_of_two);
     for (size_t i = 0; i < s_cpu.size(); ++i) EXPECT_EQ_CTX(s_gpu[i], s_cpu[i], ctx + " scale of row " + std::to_string(i));
     EXPECT_TRUE(q_gpu == q_cpu);
+  }
+}
+
+// RMSNorm fused with per-row quantization, fp32 input: against a host
+// reference (1/rms in double, then the CPU per-row quantizer). The kernel sums
+// the squares in its own order, so 1/rms may differ in the last bits and a code
+// by one FP8 step; NaN rows (the first: random_matrix plants NaN and Inf there),
+// the K padding and the scales' magnitudes must agree.
+FP8EXT_TEST(cuda_rms_norm_quantize_matches_host_reference) {
+  require_gpu();
+  const uint32_t seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  for (const Shape& sh : {Shape{1, 1, 1}, Shape{3, 127, 16}, Shape{5, 129, 16}, Shape{33, 4096, 16},
+                          Shape{2, 12288, 16}}) {
+    const std::vector<float> x = random_matrix(sh.rows, sh.cols, seed + static_cast<uint32_t>(sh.cols));
+    std::vector<float> w(sh.cols);
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> ud(0.25f, 2.25f);
+    for (auto& e : w) e = ud(rng);
+    const float eps = 1e-5f;
+    std::vector<float> y(x.size());
+    for (int64_t r = 0; r < sh.rows; ++r) {
+      double ss = 0;
+      for (int64_t c = 0; c < sh.cols; ++c) ss += double(x[r * sh.cols + c]) * x[r * sh.cols + c];
+      const float inv = static_cast<float>(1.0 / std::sqrt(ss / double(sh.cols) + eps));
+      for (int64_t c = 0; c < sh.cols; ++c) y[r * sh.cols + c] = w[c] * (x[r * sh.cols + c] * inv);
+    }
+    const int64_t padded = round_up(sh.cols, sh.pad);
+    const ScaleRule rule{Fp8Format::kE4M3, 0, false};
+    std::vector<uint8_t> q_ref(sh.rows * padded);
+    std::vector<float> s_ref(sh.rows);
+    cpu::quantize_per_row({y.data(), DType::kFloat32, sh.rows, sh.cols, sh.cols}, rule,
+                          {q_ref.data(), Fp8Format::kE4M3, sh.rows, sh.cols, padded}, s_ref.data());
+
+    DeviceBuffer<float> dx(x.size()), dw(w.size()), ds(sh.rows);
+    DeviceBuffer<uint8_t> dq(q_ref.size());
+    dx.upload(x);
+    dw.upload(w);
+    CUDA_OK(cudaMemset(dq.ptr, 0xAB, dq.n));  // poison: every byte must be written
+    CUDA_OK(cuda::rms_norm_quantize_per_row({dx.ptr, DType::kFloat32, sh.rows, sh.cols, sh.cols}, dw.ptr, eps, rule,
+                                            {dq.ptr, Fp8Format::kE4M3, sh.rows, sh.cols, padded}, ds.ptr, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> q = dq.download();
+    const std::vector<float> s = ds.download();
+    const std::string ctx = "shape " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols);
+    int64_t moved = 0, finite = 0;
+    for (int64_t r = 0; r < sh.rows; ++r) {
+      EXPECT_TRUE(std::fabs(s[r] - s_ref[r]) <= 1e-5f * s_ref[r]);
+      for (int64_t c = 0; c < padded; ++c) {
+        const int64_t i = r * padded + c;
+        const float got = decode_fp8(q[i], Fp8Format::kE4M3) * s[r];
+        const float want = decode_fp8(q_ref[i], Fp8Format::kE4M3) * s_ref[r];
+        if (std::isnan(want)) {
+          EXPECT_EQ_CTX(bool(std::isnan(got)), true, ctx + " NaN at " + std::to_string(i));
+          continue;
+        }
+        if (c >= sh.cols) EXPECT_EQ_CTX(int(q[i]), 0, ctx + " padding");
+        ++finite;
+        moved += q[i] != q_ref[i];
+        EXPECT_EQ_CTX(bool(std::fabs(got - want) <= 0.125f * std::fabs(want) + s[r] * 0x1p-9f), true,
+                      ctx + " value at " + std::to_string(i));
+      }
+    }
+    EXPECT_EQ_CTX(bool(moved <= finite / 50), true, ctx + " codes moved: " + std::to_string(moved));
   }
 }

@@ -38,6 +38,11 @@ TORCH_LIBRARY(fp8ext, m) {
   m.def(
       "quantize_per_block(Tensor x, ScalarType dtype, int margin, bool power_of_two, "
       "int pad_k_to) -> (Tensor, Tensor)");
+  // quantize_per_row(weight * rms_norm(x, eps)) in one launch on the GPU (the CPU
+  // and the fallback compose the two: python/fp8ext/ops/fused.py).
+  m.def(
+      "rms_norm_quantize_per_row(Tensor x, Tensor weight, float eps, ScalarType dtype, int margin, "
+      "bool power_of_two, int pad_k_to) -> (Tensor, Tensor)");
   // D = (scale_a * scale_b) * (a @ b^T) + bias; config 0 = choose by shape (GemmConfig);
   // use_fast_accum allows FP8 fast accumulation where it is faster.
   m.def(

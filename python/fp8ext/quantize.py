@@ -95,6 +95,35 @@ def quantize(x: torch.Tensor, recipe: Recipe, role: str = "activation", state: S
     return q.reshape(*lead, q.shape[-1]), s
 
 
+def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float, recipe: Recipe,
+                      pad_k_to: int | None = None):
+    """``quantize(weight * rms_norm(x, eps), recipe)`` for recipes with per-token
+    current scaling of activations (:class:`fp8ext.recipes.RowWise`), in one
+    launch on the GPU, where the unfused path takes three (norm, weight multiply,
+    quantize). RMSNorm is rounded as Hugging Face's Llama rounds it (fp32, then
+    x's dtype, then the weight multiply); on the CPU the result is bit-identical
+    to the unfused path. ``weight`` is ``[x.shape[-1]]`` in x's dtype. Returns
+    ``(q, scale)`` as :func:`quantize`."""
+    if not isinstance(recipe, Recipe):
+        raise TypeError(f"recipe must be a fp8ext.recipes.Recipe, got {type(recipe).__name__}")
+    if recipe.activation_mode != "current" or recipe.activation_granularity != "per_token":
+        raise ValueError("rms_norm_quantize needs per-token current scaling of activations (RowWise), got "
+                         f"activation_mode={recipe.activation_mode!r}, "
+                         f"activation_granularity={recipe.activation_granularity!r}")
+    _native.check_input(x, "x")
+    if x.dim() < 1:
+        raise ValueError("x must have at least one dimension [..., K], got a 0-d tensor")
+    pad = _check_pad(pad_k_to)
+    lead = x.shape[:-1]
+    x2 = x.reshape(math.prod(lead), x.shape[-1])
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    q, s = torch.ops.fp8ext.rms_norm_quantize_per_row(x2, weight.contiguous(), float(eps),
+                                                      recipe.activation_format.torch_dtype, recipe.margin,
+                                                      recipe.power_of_two_scales, pad)
+    return q.reshape(*lead, q.shape[-1]), s
+
+
 def _infer_granularity(scale: torch.Tensor, granularity):
     if granularity is not None:
         if granularity not in GRANULARITIES:

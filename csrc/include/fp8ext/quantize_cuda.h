@@ -39,6 +39,12 @@ cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool u
 cudaError_t quantize_per_row(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
                              float* row_scales, cudaStream_t stream);
 
+// quantize_per_row of y = weight * T(x * rsqrt(mean(x^2) + eps)), RMSNorm as
+// Hugging Face's Llama rounds it (fp32, then x's type T, then the weight
+// multiply rounded to T); weight [x.cols] in x's type, contiguous.
+cudaError_t rms_norm_quantize_per_row(const ConstMatrix& x, const void* weight, float eps, const ScaleRule& rule,
+                                      const Fp8Matrix& q, float* row_scales, cudaStream_t stream);
+
 // Scales M-major: scale(r, g) at group_scales[g * round_up(rows, 4) + r]; padding rows written as 0.
 cudaError_t quantize_per_group(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
                                float* group_scales, cudaStream_t stream);

@@ -95,6 +95,28 @@ QuantOut quantize_scaled_cuda(const at::Tensor& x, at::ScalarType dtype, int64_t
   return {q, s};
 }
 
+QuantOut rms_norm_quantize_per_row_cuda(const at::Tensor& x, const at::Tensor& weight, double eps,
+                                        at::ScalarType dtype, int64_t margin, bool power_of_two, int64_t pad_k_to) {
+  check_device(x);
+  c10::cuda::CUDAGuard guard(x.device());
+  const ConstMatrix in = input_matrix(x, "x");
+  TORCH_CHECK_VALUE(weight.device() == x.device(), "weight must be on x's device (", x.device(), "), got ",
+                    weight.device());
+  TORCH_CHECK_TYPE(weight.scalar_type() == x.scalar_type(), "weight must have x's dtype (", x.scalar_type(),
+                   "), got ", weight.scalar_type());
+  TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == in.cols && weight.is_contiguous(),
+                    "weight must be a contiguous [", in.cols, "] tensor, got shape ", weight.sizes());
+  TORCH_CHECK_VALUE(eps >= 0.0, "eps must be >= 0, got ", eps);
+  const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
+  at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
+  at::Tensor s = new_row_scales(x);
+  check_cuda(cuda::rms_norm_quantize_per_row(in, weight.data_ptr(), static_cast<float>(eps), rule,
+                                             output_matrix(q, rule.format, in.cols), s.data_ptr<float>(),
+                                             stream_of(x)),
+             "rms_norm_quantize_per_row");
+  return {q, s};
+}
+
 // Current scaling with its amax workspace.
 cudaError_t quantize_per_tensor_launch(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q, float* scale,
                                        cudaStream_t stream) {
@@ -112,6 +134,7 @@ TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) {
   m.impl("quantize_per_row", &quantize_scaled_cuda<new_row_scales, cuda::quantize_per_row>);
   m.impl("quantize_per_group", &quantize_scaled_cuda<new_group_scales, cuda::quantize_per_group>);
   m.impl("quantize_per_block", &quantize_scaled_cuda<new_block_scales, cuda::quantize_per_block>);
+  m.impl("rms_norm_quantize_per_row", &rms_norm_quantize_per_row_cuda);
 }
 
 }  // namespace fp8ext::torch_ops

@@ -95,13 +95,35 @@ class FP8Linear(nn.Module):
             return self._float_matmul(x2, self.bias, x.dtype).reshape(*lead, self.out_features)
         q, s = quantize_api.quantize(x2, self.recipe, "activation", state=self._activation_state(),
                                      pad_k_to=K_ALIGN)
-        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return self._matmul_quantized(q, s, x.dtype).reshape(*lead, self.out_features)
+
+    def forward_quantized(self, q: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+        """The layer for an input already quantized as its recipe quantizes activations,
+        e.g. fused with the norm before it (:func:`fp8ext.quantize.rms_norm_quantize`):
+        q ``[M, K]`` (K may be padded to a multiple of 16 with zeros) and its scale
+        (per-token ``[M]`` for RowWise); returns ``[M, out_features]`` in out_dtype."""
+        width = -(-self.in_features // K_ALIGN) * K_ALIGN
+        if not isinstance(q, torch.Tensor) or q.dim() != 2 or q.shape[1] not in (self.in_features, width):
+            raise ValueError(f"q must be [M, {self.in_features}] (or K padded to {width}), got "
+                             f"{tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__}")
+        if q.dtype != self.recipe.activation_format.torch_dtype:
+            raise TypeError(f"q must be {self.recipe.activation_format.torch_dtype} (the recipe's activation "
+                            f"format), got {q.dtype}")
+        if q.shape[1] != width:
+            q = pad_cols(q, K_ALIGN)
+        return self._matmul_quantized(q, scale, out_dtype)
+
+    def _matmul_quantized(self, q: torch.Tensor, s: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias.to(out_dtype)
         if self.recipe.weight_granularity == "block" and not self._blockwise_gemm_takes_it:
             # E5M2 blocks: exact FP8 emulation (the block-wise kernels take E4M3 only)
-            y = self._float_matmul(quantize_api.dequantize(q, s, "group", cols=self.in_features), bias, x.dtype)
-        else:
-            y = gemm.scaled_mm(q, self.weight, s, self.weight_scale, out_dtype=x.dtype, bias=bias)
-        return y.reshape(*lead, self.out_features)
+            return self._float_matmul(quantize_api.dequantize(q, s, "group", cols=self.in_features), bias, out_dtype)
+        return gemm.scaled_mm(q, self.weight, s, self.weight_scale, out_dtype=out_dtype, bias=bias)
+
+    @property
+    def computes_in_high_precision(self) -> bool:
+        """True inside :meth:`high_precision` (the input is not quantized then)."""
+        return self._high_precision
 
     @property
     def _blockwise_gemm_takes_it(self) -> bool:

@@ -45,6 +45,11 @@ def _quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
     return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],))
 
 
+@torch.library.register_fake("fp8ext::rms_norm_quantize_per_row")
+def _rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_k_to):
+    return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],))
+
+
 @torch.library.register_fake("fp8ext::quantize_per_group")
 def _quantize_per_group(x, dtype, margin, power_of_two, pad_k_to):
     m, k = x.shape

@@ -1,11 +1,15 @@
 """The decoder's small pieces: RMSNorm, rotary embeddings, and fused projections."""
 from __future__ import annotations
 
+import os
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fp8ext.nn.linear import FP8Linear
+from fp8ext.nn.linear import K_ALIGN, FP8Linear
+from fp8ext.quantize import rms_norm_quantize
 from fp8ext.ops.reference import GROUP  # the block-wise recipe's weight block
 from fp8ext.recipes import Recipe
 
@@ -49,6 +53,37 @@ class Rotary(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return self.rotate(x, self.tables(positions, x.dtype))
+
+
+class QuantizedActivation(NamedTuple):
+    """A norm's output already quantized for the FP8Linear it feeds (`norm_for`)."""
+    q: torch.Tensor
+    scale: torch.Tensor
+    dtype: torch.dtype  # the dtype of the unquantized activation, which the layer's output takes
+
+
+def fused_norm_enabled() -> bool:
+    """RMSNorm fused with the next layer's activation quantization, opt-in with
+    FP8EXT_FUSED_NORM_QUANT=1 until its CUDA kernel has run on a GPU."""
+    return os.environ.get("FP8EXT_FUSED_NORM_QUANT") == "1"
+
+
+def norm_for(norm: RMSNorm, h: torch.Tensor, linear: nn.Module):
+    """norm(h) in the form `linear` takes it (see `apply_linear`): FP8 codes and
+    scales in one kernel where the layer quantizes its input per token
+    (RowWise), else the normalized tensor."""
+    if fused_norm_enabled() and isinstance(linear, FP8Linear) and not linear.computes_in_high_precision and \
+            linear.recipe.activation_mode == "current" and linear.recipe.activation_granularity == "per_token":
+        q, s = rms_norm_quantize(h.reshape(-1, h.shape[-1]), norm.weight, norm.eps, linear.recipe, pad_k_to=K_ALIGN)
+        return QuantizedActivation(q, s, h.dtype)
+    return norm(h)
+
+
+def apply_linear(linear: nn.Module, x) -> torch.Tensor:
+    """linear(x), for x as `norm_for` returns it."""
+    if isinstance(x, QuantizedActivation):
+        return linear.forward_quantized(x.q, x.scale, x.dtype)
+    return linear(x)
 
 
 def fuse_linears(shards, recipe: Recipe | None = None) -> nn.Module:

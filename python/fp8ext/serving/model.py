@@ -12,7 +12,7 @@ from torch import nn
 from fp8ext.kv_cache import DecodePlan, PagedKVCache
 from fp8ext.recipes import Recipe
 from fp8ext.serving.config import LlamaConfig
-from fp8ext.serving.layers import RMSNorm, Rotary, fuse_linears
+from fp8ext.serving.layers import RMSNorm, Rotary, apply_linear, fuse_linears, norm_for
 
 
 class Attention(nn.Module):
@@ -25,7 +25,7 @@ class Attention(nn.Module):
 
     def _project(self, x, rope):
         cfg = self.cfg
-        q, k, v = self.qkv(x).split(cfg.qkv_sizes, dim=-1)
+        q, k, v = apply_linear(self.qkv, x).split(cfg.qkv_sizes, dim=-1)
         q = Rotary.rotate(q.reshape(-1, cfg.num_heads, cfg.head_dim), rope)
         k = Rotary.rotate(k.reshape(-1, cfg.num_kv_heads, cfg.head_dim), rope)
         return q, k, v.reshape(-1, cfg.num_kv_heads, cfg.head_dim)
@@ -51,7 +51,7 @@ class Attention(nn.Module):
         rope: the step's rotary tables (Rotary.tables)."""
         q, k, v = self._project(x, rope)
         cache.write(self.layer, k, v, slots)
-        return self.o(cache.attention(self.layer, q, plan).reshape(x.shape[0], -1))
+        return self.o(cache.attention(self.layer, q, plan).reshape(q.shape[0], -1))
 
 
 class MLP(nn.Module):
@@ -62,7 +62,7 @@ class MLP(nn.Module):
         self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False, dtype=dtype, device=device)
 
     def forward(self, x):
-        gate, up = self.gate_up(x).split(self.size, dim=-1)
+        gate, up = apply_linear(self.gate_up, x).split(self.size, dim=-1)
         return self.down(F.silu(gate) * up)
 
 
@@ -169,8 +169,8 @@ class LlamaModel(nn.Module):
 
     def _layers(self, h, run_attention):
         for layer in self.layers:
-            h = h + run_attention(layer.attn, layer.attn_norm(h))
-            h = h + layer.mlp(layer.mlp_norm(h))
+            h = h + run_attention(layer.attn, norm_for(layer.attn_norm, h, layer.attn.qkv))
+            h = h + layer.mlp(norm_for(layer.mlp_norm, h, layer.mlp.gate_up))
         return h
 
     @torch.no_grad()

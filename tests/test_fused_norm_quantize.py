@@ -1,0 +1,144 @@
+"""RMSNorm fused with per-token quantization (fp8ext.quantize.rms_norm_quantize,
+op rms_norm_quantize_per_row): on the CPU bit-identical to the unfused ops; on
+the GPU (marked tests) against the CPU, and through the serving engine with
+FP8EXT_FUSED_NORM_QUANT=1."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fp8ext.quantize import quantize, rms_norm_quantize
+from fp8ext.recipes import BlockWise, CurrentScaling, RowWise
+from quant_cases import FP8, random_input
+
+SHAPES = [(1, 1), (1, 4100), (3, 127), (5, 129), (33, 1000), (16, 4096), (3, 12288)]  # 12288: past the cached chunks
+
+
+def unfused(x, weight, eps, recipe, pad_k_to=None):
+    return quantize(weight * F.rms_norm(x, (x.shape[-1],), None, eps), recipe, pad_k_to=pad_k_to)
+
+
+def inputs(shape, dtype, seed, device="cpu", **kw):
+    x = random_input(shape, dtype, seed, **kw).to(device)
+    g = torch.Generator().manual_seed(seed + 1)
+    weight = (torch.rand(shape[-1], generator=g) * 2 + 0.25).to(dtype).to(device)
+    return x, weight
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("fp8", FP8, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_cpu_is_the_unfused_path_bit_for_bit(dtype, fp8, shape, seed):
+    x, weight = inputs(shape, dtype, seed, non_finite=shape[0] > 2, zero_row=True)
+    recipe = RowWise(activation_format=fp8, weight_format=fp8)
+    q, s = rms_norm_quantize(x, weight, 1e-5, recipe, pad_k_to=16)
+    want_q, want_s = unfused(x, weight, 1e-5, recipe, pad_k_to=16)
+    assert q.shape == want_q.shape and q.shape[-1] % 16 == 0
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(s, want_s)
+
+
+def test_leading_dims_and_bad_arguments():
+    x, weight = inputs((2, 3, 64), torch.bfloat16, 0)
+    q, s = rms_norm_quantize(x, weight, 1e-6, RowWise())
+    assert q.shape == (2, 3, 64) and s.shape == (6,)
+    with pytest.raises(ValueError, match="per-token current scaling"):
+        rms_norm_quantize(x, weight, 1e-6, CurrentScaling())
+    with pytest.raises(ValueError, match="per-token current scaling"):
+        rms_norm_quantize(x, weight, 1e-6, BlockWise())
+    with pytest.raises(ValueError, match=r"weight must be a \[64\] tensor"):
+        rms_norm_quantize(x, weight[:10], 1e-6, RowWise())
+    with pytest.raises(TypeError, match="weight must have x's dtype"):
+        rms_norm_quantize(x, weight.float(), 1e-6, RowWise())
+    with pytest.raises(ValueError, match="eps must be >= 0"):
+        rms_norm_quantize(x, weight, -1.0, RowWise())
+    with pytest.raises(TypeError, match="recipe"):
+        rms_norm_quantize(x, weight, 1e-6, "rowwise")
+
+
+def test_fp8_linear_takes_the_fused_input_as_its_own(seed):
+    from fp8ext.nn.linear import FP8Linear
+    layer = FP8Linear.from_linear(torch.nn.Linear(100, 24, dtype=torch.bfloat16), RowWise())
+    x, weight = inputs((7, 100), torch.bfloat16, seed)
+    q, s = rms_norm_quantize(x, weight, 1e-5, RowWise(), pad_k_to=16)
+    want = layer(weight * F.rms_norm(x, (100,), None, 1e-5))
+    assert torch.equal(layer.forward_quantized(q, s, torch.bfloat16), want)
+    assert torch.equal(layer.forward_quantized(q[:, :100].contiguous(), s, torch.bfloat16), want)  # K unpadded
+    with pytest.raises(ValueError, match=r"q must be \[M, 100\]"):
+        layer.forward_quantized(q[:, :50], s, torch.bfloat16)
+    with pytest.raises(TypeError, match="q must be torch.float8_e4m3fn"):
+        layer.forward_quantized(q.view(torch.uint8), s, torch.bfloat16)
+
+
+def test_engine_fused_norm_is_bit_identical_on_cpu(monkeypatch, seed):
+    """The serving model with FP8EXT_FUSED_NORM_QUANT=1 (RowWise W8A8) gives the same logits."""
+    from test_serving import make_cache, tiny_model
+    model = tiny_model(seed=seed).quantize(RowWise())
+    prompts = [torch.randint(0, model.cfg.vocab_size, (n,)) for n in (5, 9)]
+
+    def logits():
+        cache = make_cache(model)
+        slots = [cache.append(i, len(p)) for i, p in enumerate(prompts)]
+        return model.prefill(prompts, slots, cache)
+
+    monkeypatch.delenv("FP8EXT_FUSED_NORM_QUANT", raising=False)
+    want = logits()
+    monkeypatch.setenv("FP8EXT_FUSED_NORM_QUANT", "1")
+    assert torch.equal(logits(), want)
+
+
+# ---- GPU (run on the device) -----------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("fp8", FP8, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_cuda_matches_cpu(dtype, fp8, shape, seed):
+    """The kernel sums the squares in its own order, so 1/rms may differ from the CPU's in
+    the last bit and a normalized value by one step of x's dtype: a few codes may move
+    by one FP8 step, nothing more; non-finite rows, zero rows and the K padding agree."""
+    x, weight = inputs(shape, dtype, seed, non_finite=shape[0] > 2, zero_row=True)
+    recipe = RowWise(activation_format=fp8, weight_format=fp8)
+    want_q, want_s = rms_norm_quantize(x, weight, 1e-5, recipe, pad_k_to=16)
+    q, s = rms_norm_quantize(x.cuda(), weight.cuda(), 1e-5, recipe, pad_k_to=16)
+    q, s = q.cpu(), s.cpu()
+    assert q.shape == want_q.shape and s.shape == want_s.shape
+    assert torch.allclose(s, want_s, rtol=2 ** -6, atol=0)
+    got, want = q.float() * s[:, None], want_q.float() * want_s[:, None]
+    nan = torch.isnan(want)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(q[:, shape[1]:].view(torch.uint8), want_q[:, shape[1]:].view(torch.uint8))  # padding: 0
+    step = 2.0 ** -3 if fp8 == torch.float8_e4m3fn else 2.0 ** -2  # one FP8 step, relative
+    close = (got - want).abs() <= step * want.abs() + 2 * s[:, None] * 2.0 ** -9  # subnormals: absolute
+    assert close[~nan].all()
+    assert (q.view(torch.uint8) != want_q.view(torch.uint8))[~nan].float().mean() < 0.02
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_and_compile(seed):
+    x, weight = inputs((16, 4096), torch.bfloat16, seed, device="cuda")
+    fn = lambda: rms_norm_quantize(x, weight, 1e-5, RowWise(), pad_k_to=16)  # noqa: E731
+    want_q, want_s = fn()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q, s = fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(s, want_s)
+    compiled = torch.compile(fn, fullgraph=True)
+    cq, cs = compiled()
+    assert torch.equal(cq.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(cs, want_s)
+
+
+@pytest.mark.gpu
+def test_cuda_refuses_bad_weights():
+    x, weight = inputs((4, 64), torch.bfloat16, 0, device="cuda")
+    op = torch.ops.fp8ext.rms_norm_quantize_per_row
+    with pytest.raises(ValueError, match="weight must be a contiguous"):
+        op(x, weight[::2].repeat(2)[::2], 1e-5, torch.float8_e4m3fn, 0, False, 16)
+    with pytest.raises(TypeError, match="weight must have x's dtype"):
+        op(x, weight.float(), 1e-5, torch.float8_e4m3fn, 0, False, 16)
+    with pytest.raises(ValueError, match="weight must be on x's device"):
+        op(x, weight.cpu(), 1e-5, torch.float8_e4m3fn, 0, False, 16)
