@@ -12,6 +12,7 @@
 
 #include "fp8ext/quantize_cuda.h"
 #include "quant_common.cuh"
+#include "row_quantize.cuh"
 
 namespace fp8ext::cuda {
 namespace {
@@ -106,12 +107,7 @@ __global__ void __launch_bounds__(256) rms_norm_quantize_kernel(Input<T> in, Inp
       fn(c * kChunk, y);
     }
   };
-  float amax = 0.0f;
-  for_each_y([&](int64_t, const float (&y)[kChunk]) { amax = fmaxf(amax, chunk_amax(y)); });
-  const float s = scale_from_amax(block_max(amax, smem), rule);
-  if (threadIdx.x == 0) row_scales[r] = s;
-  const Scale scale(s);
-  for_each_y([&](int64_t c0, const float (&y)[kChunk]) { out.store(r, c0, quantize_chunk<F>(y, scale)); });
+  quantize_row<F>(for_each_y, out, r, rule, row_scales, smem);
 }
 
 }  // namespace

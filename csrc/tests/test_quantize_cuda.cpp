@@ -252,3 +252,58 @@ FP8EXT_TEST(cuda_rms_norm_quantize_matches_host_reference) {
     EXPECT_EQ_CTX(bool(moved <= finite / 50), true, ctx + " codes moved: " + std::to_string(moved));
   }
 }
+
+// SwiGLU fused with per-row quantization, fp32 input [gate | up]: against
+// silu(g) * u on the host (silu in double) and the CPU per-row quantizer. expf
+// may differ from the host's exp in the last bit: codes within one FP8 step.
+FP8EXT_TEST(cuda_silu_mul_quantize_matches_host_reference) {
+  require_gpu();
+  const uint32_t seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  for (const Shape& sh : {Shape{1, 2, 1}, Shape{3, 254, 16}, Shape{33, 8200, 16}}) {
+    const int64_t half = sh.cols / 2;
+    const std::vector<float> x = random_matrix(sh.rows, sh.cols, seed + static_cast<uint32_t>(sh.cols));
+    std::vector<float> y(sh.rows * half);
+    for (int64_t r = 0; r < sh.rows; ++r)
+      for (int64_t c = 0; c < half; ++c) {
+        const double g = x[r * sh.cols + c];
+        y[r * half + c] = static_cast<float>(g / (1.0 + std::exp(-g))) * x[r * sh.cols + half + c];
+      }
+    const int64_t padded = round_up(half, sh.pad);
+    const ScaleRule rule{Fp8Format::kE4M3, 0, false};
+    std::vector<uint8_t> q_ref(sh.rows * padded);
+    std::vector<float> s_ref(sh.rows);
+    cpu::quantize_per_row({y.data(), DType::kFloat32, sh.rows, half, half}, rule,
+                          {q_ref.data(), Fp8Format::kE4M3, sh.rows, half, padded}, s_ref.data());
+
+    DeviceBuffer<float> dx(x.size()), ds(sh.rows);
+    DeviceBuffer<uint8_t> dq(q_ref.size());
+    dx.upload(x);
+    CUDA_OK(cudaMemset(dq.ptr, 0xAB, dq.n));
+    CUDA_OK(cuda::silu_mul_quantize_per_row({dx.ptr, DType::kFloat32, sh.rows, sh.cols, sh.cols}, rule,
+                                            {dq.ptr, Fp8Format::kE4M3, sh.rows, half, padded}, ds.ptr, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> q = dq.download();
+    const std::vector<float> s = ds.download();
+    const std::string ctx = "shape " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols);
+    for (int64_t r = 0; r < sh.rows; ++r) {
+      EXPECT_EQ_CTX(bool(std::fabs(s[r] - s_ref[r]) <= 1e-5f * s_ref[r]), true, ctx + " scale");
+      for (int64_t c = 0; c < padded; ++c) {
+        const int64_t i = r * padded + c;
+        const float got = decode_fp8(q[i], Fp8Format::kE4M3) * s[r];
+        const float want = decode_fp8(q_ref[i], Fp8Format::kE4M3) * s_ref[r];
+        if (std::isnan(want)) {
+          EXPECT_EQ_CTX(bool(std::isnan(got)), true, ctx + " NaN at " + std::to_string(i));
+          continue;
+        }
+        if (c >= half) EXPECT_EQ_CTX(int(q[i]), 0, ctx + " padding");
+        EXPECT_EQ_CTX(bool(std::fabs(got - want) <= 0.125f * std::fabs(want) + s[r] * 0x1p-9f), true,
+                      ctx + " value at " + std::to_string(i));
+      }
+    }
+  }
+  const float dummy = 0.0f;  // an odd row length is refused before any launch
+  EXPECT_EQ(cuda::silu_mul_quantize_per_row({&dummy, DType::kFloat32, 1, 3, 3}, ScaleRule{},
+                                            {nullptr, Fp8Format::kE4M3, 1, 1, 1}, nullptr, nullptr),
+            cudaErrorInvalidValue);
+}

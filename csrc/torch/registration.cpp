@@ -43,6 +43,10 @@ TORCH_LIBRARY(fp8ext, m) {
   m.def(
       "rms_norm_quantize_per_row(Tensor x, Tensor weight, float eps, ScalarType dtype, int margin, "
       "bool power_of_two, int pad_k_to) -> (Tensor, Tensor)");
+  // quantize_per_row(silu(gate) * up) for x = [gate | up] [M, 2I]; q is [M, I].
+  m.def(
+      "silu_mul_quantize_per_row(Tensor x, ScalarType dtype, int margin, bool power_of_two, "
+      "int pad_k_to) -> (Tensor, Tensor)");
   // D = (scale_a * scale_b) * (a @ b^T) + bias; config 0 = choose by shape (GemmConfig);
   // use_fast_accum allows FP8 fast accumulation where it is faster.
   m.def(

@@ -45,6 +45,11 @@ cudaError_t quantize_per_row(const ConstMatrix& x, const ScaleRule& rule, const 
 cudaError_t rms_norm_quantize_per_row(const ConstMatrix& x, const void* weight, float eps, const ScaleRule& rule,
                                       const Fp8Matrix& q, float* row_scales, cudaStream_t stream);
 
+// quantize_per_row of y = T(T(silu(gate)) * up) with x = [gate | up] ([rows,
+// 2 * I], as a SwiGLU gate_up projection writes it); q has I columns (padded).
+cudaError_t silu_mul_quantize_per_row(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
+                                      float* row_scales, cudaStream_t stream);
+
 // Scales M-major: scale(r, g) at group_scales[g * round_up(rows, 4) + r]; padding rows written as 0.
 cudaError_t quantize_per_group(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
                                float* group_scales, cudaStream_t stream);

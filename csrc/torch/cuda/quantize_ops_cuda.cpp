@@ -117,6 +117,21 @@ QuantOut rms_norm_quantize_per_row_cuda(const at::Tensor& x, const at::Tensor& w
   return {q, s};
 }
 
+QuantOut silu_mul_quantize_per_row_cuda(const at::Tensor& x, at::ScalarType dtype, int64_t margin,
+                                        bool power_of_two, int64_t pad_k_to) {
+  check_device(x);
+  c10::cuda::CUDAGuard guard(x.device());
+  const ConstMatrix in = input_matrix(x, "x");
+  TORCH_CHECK_VALUE(in.cols % 2 == 0, "x must be [M, 2 * I] (gate, then up), got ", in.cols, " columns");
+  const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
+  at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols / 2, pad_k_to));
+  at::Tensor s = new_row_scales(x);
+  check_cuda(cuda::silu_mul_quantize_per_row(in, rule, output_matrix(q, rule.format, in.cols / 2),
+                                             s.data_ptr<float>(), stream_of(x)),
+             "silu_mul_quantize_per_row");
+  return {q, s};
+}
+
 // Current scaling with its amax workspace.
 cudaError_t quantize_per_tensor_launch(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q, float* scale,
                                        cudaStream_t stream) {
@@ -135,6 +150,7 @@ TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) {
   m.impl("quantize_per_group", &quantize_scaled_cuda<new_group_scales, cuda::quantize_per_group>);
   m.impl("quantize_per_block", &quantize_scaled_cuda<new_block_scales, cuda::quantize_per_block>);
   m.impl("rms_norm_quantize_per_row", &rms_norm_quantize_per_row_cuda);
+  m.impl("silu_mul_quantize_per_row", &silu_mul_quantize_per_row_cuda);
 }
 
 }  // namespace fp8ext::torch_ops

@@ -50,6 +50,11 @@ def _rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_
     return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],))
 
 
+@torch.library.register_fake("fp8ext::silu_mul_quantize_per_row")
+def _silu_mul_quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
+    return x.new_empty((x.shape[0], _k_padded(x.shape[1] // 2, pad_k_to)), dtype=dtype), _f32(x, (x.shape[0],))
+
+
 @torch.library.register_fake("fp8ext::quantize_per_group")
 def _quantize_per_group(x, dtype, margin, power_of_two, pad_k_to):
     m, k = x.shape

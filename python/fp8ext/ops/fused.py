@@ -1,6 +1,7 @@
 """Fused ops whose CPU implementation (and GPU fallback) is the composition of
 the ops they fuse, so on the CPU the fused and the unfused paths agree bit for
-bit; the CUDA kernels (csrc/quant/rms_norm_quantize.cu) do it in one launch."""
+bit; the CUDA kernels (csrc/quant/rms_norm_quantize.cu, silu_mul_quantize.cu)
+do it in one launch."""
 from __future__ import annotations
 
 import torch
@@ -23,4 +24,14 @@ def rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_k
     return torch.ops.fp8ext.quantize_per_row(y, dtype, margin, power_of_two, pad_k_to)
 
 
+def silu_mul_quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
+    """quantize_per_row(silu(gate) * up) for x = [gate | up] ([M, 2I], a SwiGLU
+    gate_up output), each op rounded to x's dtype as PyTorch does."""
+    if x.shape[-1] % 2:
+        raise ValueError(f"x must be [M, 2 * I] (gate, then up), got {x.shape[-1]} columns")
+    gate, up = x.split(x.shape[-1] // 2, dim=-1)
+    return torch.ops.fp8ext.quantize_per_row((F.silu(gate) * up).contiguous(), dtype, margin, power_of_two, pad_k_to)
+
+
 torch.library.impl("fp8ext::rms_norm_quantize_per_row", "CPU")(rms_norm_quantize_per_row)
+torch.library.impl("fp8ext::silu_mul_quantize_per_row", "CPU")(silu_mul_quantize_per_row)

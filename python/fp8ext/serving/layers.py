@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fp8ext.nn.linear import K_ALIGN, FP8Linear
-from fp8ext.quantize import rms_norm_quantize
+from fp8ext.quantize import rms_norm_quantize, silu_mul_quantize
 from fp8ext.ops.reference import GROUP  # the block-wise recipe's weight block
 from fp8ext.recipes import Recipe
 
@@ -62,18 +62,21 @@ class QuantizedActivation(NamedTuple):
     dtype: torch.dtype  # the dtype of the unquantized activation, which the layer's output takes
 
 
-def fused_norm_enabled() -> bool:
-    """RMSNorm fused with the next layer's activation quantization, opt-in with
-    FP8EXT_FUSED_NORM_QUANT=1 until its CUDA kernel has run on a GPU."""
-    return os.environ.get("FP8EXT_FUSED_NORM_QUANT") == "1"
+def takes_fused_quantize(linear: nn.Module) -> bool:
+    """Whether the op before `linear` (RMSNorm, SwiGLU's silu * up) should also
+    quantize its output for it: `linear` quantizes its input per token (RowWise).
+    Opt-in with FP8EXT_FUSED_NORM_QUANT=1 until the fused CUDA kernels have run
+    on a GPU."""
+    return os.environ.get("FP8EXT_FUSED_NORM_QUANT") == "1" and isinstance(linear, FP8Linear) and \
+        not linear.computes_in_high_precision and linear.recipe.activation_mode == "current" and \
+        linear.recipe.activation_granularity == "per_token"
 
 
 def norm_for(norm: RMSNorm, h: torch.Tensor, linear: nn.Module):
     """norm(h) in the form `linear` takes it (see `apply_linear`): FP8 codes and
-    scales in one kernel where the layer quantizes its input per token
-    (RowWise), else the normalized tensor."""
-    if fused_norm_enabled() and isinstance(linear, FP8Linear) and not linear.computes_in_high_precision and \
-            linear.recipe.activation_mode == "current" and linear.recipe.activation_granularity == "per_token":
+    scales from one kernel where `takes_fused_quantize(linear)`, else the
+    normalized tensor."""
+    if takes_fused_quantize(linear):
         q, s = rms_norm_quantize(h.reshape(-1, h.shape[-1]), norm.weight, norm.eps, linear.recipe, pad_k_to=K_ALIGN)
         return QuantizedActivation(q, s, h.dtype)
     return norm(h)
@@ -84,6 +87,16 @@ def apply_linear(linear: nn.Module, x) -> torch.Tensor:
     if isinstance(x, QuantizedActivation):
         return linear.forward_quantized(x.q, x.scale, x.dtype)
     return linear(x)
+
+
+def swiglu_into(down: nn.Module, gate_up: torch.Tensor) -> torch.Tensor:
+    """down(silu(gate) * up) for gate_up = [gate | up]; the activation and the
+    quantization of down's input in one kernel where `takes_fused_quantize(down)`."""
+    if takes_fused_quantize(down):
+        q, s = silu_mul_quantize(gate_up.reshape(-1, gate_up.shape[-1]), down.recipe, pad_k_to=K_ALIGN)
+        return down.forward_quantized(q, s, gate_up.dtype).reshape(*gate_up.shape[:-1], -1)
+    gate, up = gate_up.split(gate_up.shape[-1] // 2, dim=-1)
+    return down(F.silu(gate) * up)
 
 
 def fuse_linears(shards, recipe: Recipe | None = None) -> nn.Module:

@@ -12,7 +12,7 @@ from torch import nn
 from fp8ext.kv_cache import DecodePlan, PagedKVCache
 from fp8ext.recipes import Recipe
 from fp8ext.serving.config import LlamaConfig
-from fp8ext.serving.layers import RMSNorm, Rotary, apply_linear, fuse_linears, norm_for
+from fp8ext.serving.layers import RMSNorm, Rotary, apply_linear, fuse_linears, norm_for, swiglu_into
 
 
 class Attention(nn.Module):
@@ -57,13 +57,11 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg: LlamaConfig, dtype, device):
         super().__init__()
-        self.size = cfg.intermediate_size
         self.gate_up = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False, dtype=dtype, device=device)
         self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False, dtype=dtype, device=device)
 
     def forward(self, x):
-        gate, up = apply_linear(self.gate_up, x).split(self.size, dim=-1)
-        return self.down(F.silu(gate) * up)
+        return swiglu_into(self.down, apply_linear(self.gate_up, x))
 
 
 class DecoderLayer(nn.Module):

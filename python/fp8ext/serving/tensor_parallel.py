@@ -36,6 +36,5 @@ def shard_model(model: LlamaModel, group=None) -> LlamaModel:
         attn.cfg = local
         mlp.gate_up = parallel.shard(mlp.gate_up, "column", group, parts=(cfg.intermediate_size,) * 2)
         mlp.down = parallel.shard(mlp.down, "row", group)
-        mlp.size = local.intermediate_size
     model.cfg = local
     return model

@@ -1,16 +1,19 @@
-"""RMSNorm fused with per-token quantization (fp8ext.quantize.rms_norm_quantize,
-op rms_norm_quantize_per_row): on the CPU bit-identical to the unfused ops; on
-the GPU (marked tests) against the CPU, and through the serving engine with
-FP8EXT_FUSED_NORM_QUANT=1."""
+"""Per-token quantization fused with the op before it: RMSNorm
+(fp8ext.quantize.rms_norm_quantize, op rms_norm_quantize_per_row) and SwiGLU's
+silu * up (silu_mul_quantize, op silu_mul_quantize_per_row). On the CPU
+bit-identical to the unfused ops, also through the serving engine with
+FP8EXT_FUSED_NORM_QUANT=1; on the GPU (marked tests) against the CPU."""
 import pytest
 import torch
 import torch.nn.functional as F
 
-from fp8ext.quantize import quantize, rms_norm_quantize
+from fp8ext.quantize import quantize, rms_norm_quantize, silu_mul_quantize
 from fp8ext.recipes import BlockWise, CurrentScaling, RowWise
 from quant_cases import FP8, random_input
 
 SHAPES = [(1, 1), (1, 4100), (3, 127), (5, 129), (33, 1000), (16, 4096), (3, 12288)]  # 12288: past the cached chunks
+# [gate | up] widths: I = 1, 127, 129, 4100, 14336 (Llama-3.1-8B)
+SWIGLU_SHAPES = [(1, 2), (3, 254), (5, 258), (16, 8200), (2, 28672)]
 
 
 def unfused(x, weight, eps, recipe, pad_k_to=None):
@@ -36,6 +39,19 @@ def test_cpu_is_the_unfused_path_bit_for_bit(dtype, fp8, shape, seed):
     assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(s, want_s)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("fp8", FP8, ids=str)
+@pytest.mark.parametrize("shape", SWIGLU_SHAPES, ids=str)
+def test_swiglu_cpu_is_the_unfused_path_bit_for_bit(dtype, fp8, shape, seed):
+    x = random_input(shape, dtype, seed, non_finite=shape[0] > 2, zero_row=True)
+    recipe = RowWise(activation_format=fp8, weight_format=fp8)
+    q, s = silu_mul_quantize(x, recipe, pad_k_to=16)
+    gate, up = x.split(shape[1] // 2, dim=-1)
+    want_q, want_s = quantize(F.silu(gate) * up, recipe, pad_k_to=16)
+    assert q.shape == want_q.shape and q.shape[-1] % 16 == 0
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(s, want_s)
+
+
 def test_leading_dims_and_bad_arguments():
     x, weight = inputs((2, 3, 64), torch.bfloat16, 0)
     q, s = rms_norm_quantize(x, weight, 1e-6, RowWise())
@@ -52,6 +68,12 @@ def test_leading_dims_and_bad_arguments():
         rms_norm_quantize(x, weight, -1.0, RowWise())
     with pytest.raises(TypeError, match="recipe"):
         rms_norm_quantize(x, weight, 1e-6, "rowwise")
+    q, s = silu_mul_quantize(x, RowWise())
+    assert q.shape == (2, 3, 32) and s.shape == (6,)
+    with pytest.raises(ValueError, match=r"x must be \[M, 2 \* I\]"):
+        silu_mul_quantize(x[..., :63], RowWise())
+    with pytest.raises(ValueError, match="per-token current scaling"):
+        silu_mul_quantize(x, CurrentScaling())
 
 
 def test_fp8_linear_takes_the_fused_input_as_its_own(seed):
@@ -86,25 +108,18 @@ def test_engine_fused_norm_is_bit_identical_on_cpu(monkeypatch, seed):
 
 
 # ---- GPU (run on the device) -----------------------------------------------------------------------------------------
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("fp8", FP8, ids=str)
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_cuda_matches_cpu(dtype, fp8, shape, seed):
-    """The kernel sums the squares in its own order, so 1/rms may differ from the CPU's in
-    the last bit and a normalized value by one step of x's dtype: a few codes may move
-    by one FP8 step, nothing more; non-finite rows, zero rows and the K padding agree."""
-    x, weight = inputs(shape, dtype, seed, non_finite=shape[0] > 2, zero_row=True)
-    recipe = RowWise(activation_format=fp8, weight_format=fp8)
-    want_q, want_s = rms_norm_quantize(x, weight, 1e-5, recipe, pad_k_to=16)
-    q, s = rms_norm_quantize(x.cuda(), weight.cuda(), 1e-5, recipe, pad_k_to=16)
+def assert_matches_up_to_one_step(q, s, want_q, want_s, fp8, cols):
+    """The kernels sum or exponentiate in their own order, so a value before the
+    quantization may differ from the CPU's by one step of the input's dtype: a
+    few codes may move by one FP8 step, nothing more; NaNs, zero rows and the K
+    padding agree."""
     q, s = q.cpu(), s.cpu()
     assert q.shape == want_q.shape and s.shape == want_s.shape
     assert torch.allclose(s, want_s, rtol=2 ** -6, atol=0)
     got, want = q.float() * s[:, None], want_q.float() * want_s[:, None]
     nan = torch.isnan(want)
     assert torch.equal(torch.isnan(got), nan)
-    assert torch.equal(q[:, shape[1]:].view(torch.uint8), want_q[:, shape[1]:].view(torch.uint8))  # padding: 0
+    assert torch.equal(q[:, cols:].view(torch.uint8), want_q[:, cols:].view(torch.uint8))  # padding: 0
     step = 2.0 ** -3 if fp8 == torch.float8_e4m3fn else 2.0 ** -2  # one FP8 step, relative
     close = (got - want).abs() <= step * want.abs() + 2 * s[:, None] * 2.0 ** -9  # subnormals: absolute
     assert close[~nan].all()
@@ -112,9 +127,37 @@ def test_cuda_matches_cpu(dtype, fp8, shape, seed):
 
 
 @pytest.mark.gpu
-def test_cuda_graph_capture_and_compile(seed):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("fp8", FP8, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_cuda_matches_cpu(dtype, fp8, shape, seed):
+    x, weight = inputs(shape, dtype, seed, non_finite=shape[0] > 2, zero_row=True)
+    recipe = RowWise(activation_format=fp8, weight_format=fp8)
+    want_q, want_s = rms_norm_quantize(x, weight, 1e-5, recipe, pad_k_to=16)
+    q, s = rms_norm_quantize(x.cuda(), weight.cuda(), 1e-5, recipe, pad_k_to=16)
+    assert_matches_up_to_one_step(q, s, want_q, want_s, fp8, shape[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("fp8", FP8, ids=str)
+@pytest.mark.parametrize("shape", SWIGLU_SHAPES, ids=str)
+def test_swiglu_cuda_matches_cpu(dtype, fp8, shape, seed):
+    x = random_input(shape, dtype, seed, non_finite=shape[0] > 2, zero_row=True)
+    recipe = RowWise(activation_format=fp8, weight_format=fp8)
+    want_q, want_s = silu_mul_quantize(x, recipe, pad_k_to=16)
+    q, s = silu_mul_quantize(x.cuda(), recipe, pad_k_to=16)
+    assert_matches_up_to_one_step(q, s, want_q, want_s, fp8, shape[1] // 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["rms_norm", "swiglu"])
+def test_cuda_graph_capture_and_compile(op, seed):
     x, weight = inputs((16, 4096), torch.bfloat16, seed, device="cuda")
-    fn = lambda: rms_norm_quantize(x, weight, 1e-5, RowWise(), pad_k_to=16)  # noqa: E731
+    if op == "rms_norm":
+        fn = lambda: rms_norm_quantize(x, weight, 1e-5, RowWise(), pad_k_to=16)  # noqa: E731
+    else:
+        fn = lambda: silu_mul_quantize(x, RowWise(), pad_k_to=16)  # noqa: E731
     want_q, want_s = fn()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -133,7 +176,7 @@ def test_cuda_graph_capture_and_compile(seed):
 
 
 @pytest.mark.gpu
-def test_cuda_refuses_bad_weights():
+def test_cuda_refuses_bad_arguments():
     x, weight = inputs((4, 64), torch.bfloat16, 0, device="cuda")
     op = torch.ops.fp8ext.rms_norm_quantize_per_row
     with pytest.raises(ValueError, match="weight must be a contiguous"):
@@ -142,3 +185,5 @@ def test_cuda_refuses_bad_weights():
         op(x, weight.float(), 1e-5, torch.float8_e4m3fn, 0, False, 16)
     with pytest.raises(ValueError, match="weight must be on x's device"):
         op(x, weight.cpu(), 1e-5, torch.float8_e4m3fn, 0, False, 16)
+    with pytest.raises(ValueError, match=r"x must be \[M, 2 \* I\]"):
+        torch.ops.fp8ext.silu_mul_quantize_per_row(x[:, :63], torch.float8_e4m3fn, 0, False, 16)
