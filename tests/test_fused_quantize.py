@@ -2,7 +2,7 @@
 (fp8ext.quantize.rms_norm_quantize, op rms_norm_quantize_per_row) and SwiGLU's
 silu * up (silu_mul_quantize, op silu_mul_quantize_per_row). On the CPU
 bit-identical to the unfused ops, also through the serving engine with
-FP8EXT_FUSED_NORM_QUANT=1; on the GPU (marked tests) against the CPU."""
+FP8EXT_FUSED_QUANT=1; on the GPU (marked tests) against the CPU."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -91,7 +91,7 @@ def test_fp8_linear_takes_the_fused_input_as_its_own(seed):
 
 
 def test_engine_fused_norm_is_bit_identical_on_cpu(monkeypatch, seed):
-    """The serving model with FP8EXT_FUSED_NORM_QUANT=1 (RowWise W8A8) gives the same logits."""
+    """The serving model with FP8EXT_FUSED_QUANT=1 (RowWise W8A8) gives the same logits."""
     from test_serving import make_cache, tiny_model
     model = tiny_model(seed=seed).quantize(RowWise())
     prompts = [torch.randint(0, model.cfg.vocab_size, (n,)) for n in (5, 9)]
@@ -101,9 +101,9 @@ def test_engine_fused_norm_is_bit_identical_on_cpu(monkeypatch, seed):
         slots = [cache.append(i, len(p)) for i, p in enumerate(prompts)]
         return model.prefill(prompts, slots, cache)
 
-    monkeypatch.delenv("FP8EXT_FUSED_NORM_QUANT", raising=False)
+    monkeypatch.delenv("FP8EXT_FUSED_QUANT", raising=False)
     want = logits()
-    monkeypatch.setenv("FP8EXT_FUSED_NORM_QUANT", "1")
+    monkeypatch.setenv("FP8EXT_FUSED_QUANT", "1")
     assert torch.equal(logits(), want)
 
 

@@ -65,9 +65,9 @@ class QuantizedActivation(NamedTuple):
 def takes_fused_quantize(linear: nn.Module) -> bool:
     """Whether the op before `linear` (RMSNorm, SwiGLU's silu * up) should also
     quantize its output for it: `linear` quantizes its input per token (RowWise).
-    Opt-in with FP8EXT_FUSED_NORM_QUANT=1 until the fused CUDA kernels have run
+    Opt-in with FP8EXT_FUSED_QUANT=1 until the fused CUDA kernels have run
     on a GPU."""
-    return os.environ.get("FP8EXT_FUSED_NORM_QUANT") == "1" and isinstance(linear, FP8Linear) and \
+    return os.environ.get("FP8EXT_FUSED_QUANT") == "1" and isinstance(linear, FP8Linear) and \
         not linear.computes_in_high_precision and linear.recipe.activation_mode == "current" and \
         linear.recipe.activation_granularity == "per_token"
 
