@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fp8ext.cuda_graphs import capture
 from fp8ext.quantize import quantize, rms_norm_quantize, silu_mul_quantize
 from fp8ext.recipes import BlockWise, CurrentScaling, RowWise
 from quant_cases import FP8, random_input
@@ -14,6 +15,9 @@ from quant_cases import FP8, random_input
 SHAPES = [(1, 1), (1, 4100), (3, 127), (5, 129), (33, 1000), (16, 4096), (3, 12288)]  # 12288: past the cached chunks
 # [gate | up] widths: I = 1, 127, 129, 4100, 14336 (Llama-3.1-8B)
 SWIGLU_SHAPES = [(1, 2), (3, 254), (5, 258), (16, 8200), (2, 28672)]
+each_dtype = pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+each_fp8 = pytest.mark.parametrize("fp8", FP8, ids=str)
+each_device = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 
 
 def unfused(x, weight, eps, recipe, pad_k_to=None):
@@ -27,29 +31,50 @@ def inputs(shape, dtype, seed, device="cpu", **kw):
     return x, weight
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("fp8", FP8, ids=str)
+def expect_unfused_result(q, s, want_q, want_s, fp8, cols, exact):
+    """Against the unfused ops on the CPU: bit for bit on the CPU. The CUDA kernels
+    sum squares and exponentiate in their own order, so a value before the
+    quantization may differ by one step of the input's dtype: there a few codes
+    may move by one FP8 step, nothing more; NaNs, zero rows and the K padding agree."""
+    q, s = q.cpu(), s.cpu()
+    assert q.shape == want_q.shape and s.shape == want_s.shape and q.shape[-1] % 16 == 0
+    if exact:
+        assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(s, want_s)
+        return
+    assert torch.allclose(s, want_s, rtol=2 ** -6, atol=0)
+    got, want = q.float() * s[:, None], want_q.float() * want_s[:, None]
+    nan = torch.isnan(want)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(q[:, cols:].view(torch.uint8), want_q[:, cols:].view(torch.uint8))  # padding: 0
+    step = 2.0 ** -3 if fp8 == torch.float8_e4m3fn else 2.0 ** -2  # one FP8 step, relative
+    close = (got - want).abs() <= step * want.abs() + 2 * s[:, None] * 2.0 ** -9  # subnormals: absolute
+    assert close[~nan].all()
+    assert (q.view(torch.uint8) != want_q.view(torch.uint8))[~nan].float().mean() < 0.02
+
+
+@each_dtype
+@each_fp8
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_cpu_is_the_unfused_path_bit_for_bit(dtype, fp8, shape, seed):
+@each_device
+def test_rms_norm_quantize_is_the_unfused_path(dtype, fp8, shape, device, seed):
     x, weight = inputs(shape, dtype, seed, non_finite=shape[0] > 2, zero_row=True)
     recipe = RowWise(activation_format=fp8, weight_format=fp8)
-    q, s = rms_norm_quantize(x, weight, 1e-5, recipe, pad_k_to=16)
     want_q, want_s = unfused(x, weight, 1e-5, recipe, pad_k_to=16)
-    assert q.shape == want_q.shape and q.shape[-1] % 16 == 0
-    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(s, want_s)
+    q, s = rms_norm_quantize(x.to(device), weight.to(device), 1e-5, recipe, pad_k_to=16)
+    expect_unfused_result(q, s, want_q, want_s, fp8, shape[1], exact=device == "cpu")
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("fp8", FP8, ids=str)
+@each_dtype
+@each_fp8
 @pytest.mark.parametrize("shape", SWIGLU_SHAPES, ids=str)
-def test_swiglu_cpu_is_the_unfused_path_bit_for_bit(dtype, fp8, shape, seed):
+@each_device
+def test_silu_mul_quantize_is_the_unfused_path(dtype, fp8, shape, device, seed):
     x = random_input(shape, dtype, seed, non_finite=shape[0] > 2, zero_row=True)
     recipe = RowWise(activation_format=fp8, weight_format=fp8)
-    q, s = silu_mul_quantize(x, recipe, pad_k_to=16)
     gate, up = x.split(shape[1] // 2, dim=-1)
     want_q, want_s = quantize(F.silu(gate) * up, recipe, pad_k_to=16)
-    assert q.shape == want_q.shape and q.shape[-1] % 16 == 0
-    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(s, want_s)
+    q, s = silu_mul_quantize(x.to(device), recipe, pad_k_to=16)
+    expect_unfused_result(q, s, want_q, want_s, fp8, shape[1] // 2, exact=device == "cpu")
 
 
 def test_leading_dims_and_bad_arguments():
@@ -90,8 +115,9 @@ def test_fp8_linear_takes_the_fused_input_as_its_own(seed):
         layer.forward_quantized(q.view(torch.uint8), s, torch.bfloat16)
 
 
-def test_engine_fused_norm_is_bit_identical_on_cpu(monkeypatch, seed):
+def test_engine_with_fused_quantization_is_bit_identical_on_cpu(monkeypatch, seed):
     """The serving model with FP8EXT_FUSED_QUANT=1 (RowWise W8A8) gives the same logits."""
+    from fp8ext.serving import layers
     from test_serving import make_cache, tiny_model
     model = tiny_model(seed=seed).quantize(RowWise())
     prompts = [torch.randint(0, model.cfg.vocab_size, (n,)) for n in (5, 9)]
@@ -104,52 +130,16 @@ def test_engine_fused_norm_is_bit_identical_on_cpu(monkeypatch, seed):
     monkeypatch.delenv("FP8EXT_FUSED_QUANT", raising=False)
     want = logits()
     monkeypatch.setenv("FP8EXT_FUSED_QUANT", "1")
+    calls = []  # the fused ops must really run: two norms and one SwiGLU per layer
+    for name in ("rms_norm_quantize", "silu_mul_quantize"):
+        fused = getattr(layers, name)
+        monkeypatch.setattr(layers, name, lambda *a, _f=fused, _n=name, **k: calls.append(_n) or _f(*a, **k))
     assert torch.equal(logits(), want)
+    n = model.cfg.num_layers
+    assert sorted(calls) == ["rms_norm_quantize"] * (2 * n) + ["silu_mul_quantize"] * n
 
 
 # ---- GPU (run on the device) -----------------------------------------------------------------------------------------
-def assert_matches_up_to_one_step(q, s, want_q, want_s, fp8, cols):
-    """The kernels sum or exponentiate in their own order, so a value before the
-    quantization may differ from the CPU's by one step of the input's dtype: a
-    few codes may move by one FP8 step, nothing more; NaNs, zero rows and the K
-    padding agree."""
-    q, s = q.cpu(), s.cpu()
-    assert q.shape == want_q.shape and s.shape == want_s.shape
-    assert torch.allclose(s, want_s, rtol=2 ** -6, atol=0)
-    got, want = q.float() * s[:, None], want_q.float() * want_s[:, None]
-    nan = torch.isnan(want)
-    assert torch.equal(torch.isnan(got), nan)
-    assert torch.equal(q[:, cols:].view(torch.uint8), want_q[:, cols:].view(torch.uint8))  # padding: 0
-    step = 2.0 ** -3 if fp8 == torch.float8_e4m3fn else 2.0 ** -2  # one FP8 step, relative
-    close = (got - want).abs() <= step * want.abs() + 2 * s[:, None] * 2.0 ** -9  # subnormals: absolute
-    assert close[~nan].all()
-    assert (q.view(torch.uint8) != want_q.view(torch.uint8))[~nan].float().mean() < 0.02
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("fp8", FP8, ids=str)
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_cuda_matches_cpu(dtype, fp8, shape, seed):
-    x, weight = inputs(shape, dtype, seed, non_finite=shape[0] > 2, zero_row=True)
-    recipe = RowWise(activation_format=fp8, weight_format=fp8)
-    want_q, want_s = rms_norm_quantize(x, weight, 1e-5, recipe, pad_k_to=16)
-    q, s = rms_norm_quantize(x.cuda(), weight.cuda(), 1e-5, recipe, pad_k_to=16)
-    assert_matches_up_to_one_step(q, s, want_q, want_s, fp8, shape[1])
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("fp8", FP8, ids=str)
-@pytest.mark.parametrize("shape", SWIGLU_SHAPES, ids=str)
-def test_swiglu_cuda_matches_cpu(dtype, fp8, shape, seed):
-    x = random_input(shape, dtype, seed, non_finite=shape[0] > 2, zero_row=True)
-    recipe = RowWise(activation_format=fp8, weight_format=fp8)
-    want_q, want_s = silu_mul_quantize(x, recipe, pad_k_to=16)
-    q, s = silu_mul_quantize(x.cuda(), recipe, pad_k_to=16)
-    assert_matches_up_to_one_step(q, s, want_q, want_s, fp8, shape[1] // 2)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", ["rms_norm", "swiglu"])
 def test_cuda_graph_capture_and_compile(op, seed):
@@ -159,14 +149,9 @@ def test_cuda_graph_capture_and_compile(op, seed):
     else:
         fn = lambda: silu_mul_quantize(x, RowWise(), pad_k_to=16)  # noqa: E731
     want_q, want_s = fn()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        q, s = fn()
+    graph, (q, s) = capture(fn)
+    q.view(torch.uint8).fill_(0xAB)  # poison: the replay must write everything
+    s.fill_(-1.0)
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(s, want_s)

@@ -212,6 +212,24 @@ __device__ __forceinline__ float chunk_amax(const float (&v)[kChunk]) {
   return m != INFINITY ? m : chunk_finite_max(v);
 }
 
+// Loads this thread's first N chunk columns of row r (threadIdx.x + k *
+// blockDim.x) raw into registers, all loads issued together; chunks past the
+// row hold zeros (the K padding).
+template <int N, typename T>
+__device__ __forceinline__ void load_row_chunks(const Input<T>& in, int64_t r, int64_t chunks,
+                                                typename Input<T>::Raw (&raw)[N]) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
+    if (c < chunks) {
+      in.load_raw(r, c * kChunk, raw[k]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < Input<T>::kWords; ++i) raw[k].words[i] = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
 // Finite amax of chunks held raw in registers. All loads must have been issued
 // before this is called: the branch here would otherwise serialise them.
 template <typename T, int N>

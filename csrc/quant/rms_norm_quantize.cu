@@ -58,16 +58,7 @@ __global__ void __launch_bounds__(256) rms_norm_quantize_kernel(Input<T> in, Inp
   const int64_t read_chunks = ceil_div(in.cols, kChunk);
   const int64_t write_chunks = ceil_div(out.padded_cols, kChunk);
   typename Input<T>::Raw cache[kCached];
-#pragma unroll
-  for (int k = 0; k < kCached; ++k) {  // all loads first, so they are in flight together
-    const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
-    if (c < read_chunks) {
-      in.load_raw(r, c * kChunk, cache[k]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < Input<T>::kWords; ++i) cache[k].words[i] = make_uint4(0, 0, 0, 0);
-    }
-  }
+  load_row_chunks(in, r, read_chunks, cache);
   auto squares = [](const float (&v)[kChunk]) {
     float s = 0.0f;
 #pragma unroll
