@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from fp8ext.cuda_graphs import capture
 from fp8ext.quantize import quantize, rms_norm_quantize, silu_mul_quantize
-from fp8ext.recipes import BlockWise, CurrentScaling, RowWise
+from fp8ext.recipes import BlockWise, CurrentScaling, PerTensorStatic, RowWise
 from quant_cases import FP8, random_input
 
 SHAPES = [(1, 1), (1, 4100), (3, 127), (5, 129), (33, 1000), (16, 4096), (3, 12288)]  # 12288: past the cached chunks
@@ -21,7 +21,10 @@ each_device = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", mar
 
 
 def unfused(x, weight, eps, recipe, pad_k_to=None):
-    return quantize(weight * F.rms_norm(x, (x.shape[-1],), None, eps), recipe, pad_k_to=pad_k_to)
+    """Hugging Face Llama's RMSNorm written out (not F.rms_norm, which the CPU op uses), then quantize."""
+    h = x.float()
+    normed = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return quantize(weight * normed, recipe, pad_k_to=pad_k_to)
 
 
 def inputs(shape, dtype, seed, device="cpu", **kw):
@@ -91,6 +94,10 @@ def test_leading_dims_and_bad_arguments():
         rms_norm_quantize(x, weight.float(), 1e-6, RowWise())
     with pytest.raises(ValueError, match="eps must be >= 0"):
         rms_norm_quantize(x, weight, -1.0, RowWise())
+    with pytest.raises(ValueError, match="eps must be >= 0"):
+        rms_norm_quantize(x, weight, float("nan"), RowWise())
+    with pytest.raises(TypeError, match="weight must be a torch.Tensor"):
+        rms_norm_quantize(x, [1.0] * 64, 1e-6, RowWise())
     with pytest.raises(TypeError, match="recipe"):
         rms_norm_quantize(x, weight, 1e-6, "rowwise")
     q, s = silu_mul_quantize(x, RowWise())
@@ -113,6 +120,15 @@ def test_fp8_linear_takes_the_fused_input_as_its_own(seed):
         layer.forward_quantized(q[:, :50], s, torch.bfloat16)
     with pytest.raises(TypeError, match="q must be torch.float8_e4m3fn"):
         layer.forward_quantized(q.view(torch.uint8), s, torch.bfloat16)
+    with pytest.raises(ValueError, match=r"scale must be a float32 tensor of shape \(\) or \[7\]"):
+        layer.forward_quantized(q, s[:3], torch.bfloat16)
+    with pytest.raises(TypeError, match="out_dtype"):
+        layer.forward_quantized(q, s, torch.int8)
+    with layer.high_precision(), pytest.raises(RuntimeError, match="inside high_precision"):
+        layer.forward_quantized(q, s, torch.bfloat16)
+    static = FP8Linear.from_linear(torch.nn.Linear(100, 24, dtype=torch.bfloat16), PerTensorStatic())
+    with pytest.raises(ValueError, match="needs current scaling"):
+        static.forward_quantized(q, s, torch.bfloat16)
 
 
 def test_engine_with_fused_quantization_is_bit_identical_on_cpu(monkeypatch, seed):
@@ -165,7 +181,7 @@ def test_cuda_refuses_bad_arguments():
     x, weight = inputs((4, 64), torch.bfloat16, 0, device="cuda")
     op = torch.ops.fp8ext.rms_norm_quantize_per_row
     with pytest.raises(ValueError, match="weight must be a contiguous"):
-        op(x, weight[::2].repeat(2)[::2], 1e-5, torch.float8_e4m3fn, 0, False, 16)
+        op(x, weight.repeat(2)[::2], 1e-5, torch.float8_e4m3fn, 0, False, 16)  # [64], stride 2
     with pytest.raises(TypeError, match="weight must have x's dtype"):
         op(x, weight.float(), 1e-5, torch.float8_e4m3fn, 0, False, 16)
     with pytest.raises(ValueError, match="weight must be on x's device"):

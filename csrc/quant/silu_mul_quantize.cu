@@ -5,8 +5,8 @@
 //   y = T(T(silu(gate)) * up)   (silu in fp32 and rounded to x's type T, then
 //                                the multiply rounded to T, as PyTorch does)
 //   q = per-row quantization of y, as quantize_per_row.
-// y is recomputed for the quantize step from the input (a row is a few KB,
-// re-read from L1/L2) rather than held in registers.
+// y is recomputed for the quantize step from the input rather than held in
+// registers (a row is a few KB; the second read is mostly an L2 hit).
 #include <algorithm>
 
 #include "fp8ext/quantize_cuda.h"

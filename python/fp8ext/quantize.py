@@ -122,6 +122,8 @@ def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float, recipe:
     to the unfused path. ``weight`` is ``[x.shape[-1]]`` in x's dtype. Returns
     ``(q, scale)`` as :func:`quantize`."""
     _check_per_token(recipe, "rms_norm_quantize")
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
     pad = _check_pad(pad_k_to)
     q, s = torch.ops.fp8ext.rms_norm_quantize_per_row(_rows(x), weight.contiguous(), float(eps),
                                                       recipe.activation_format.torch_dtype, recipe.margin,

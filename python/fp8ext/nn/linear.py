@@ -98,10 +98,19 @@ class FP8Linear(nn.Module):
         return self._matmul_quantized(q, s, x.dtype).reshape(*lead, self.out_features)
 
     def forward_quantized(self, q: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-        """The layer for an input already quantized as its recipe quantizes activations,
-        e.g. fused with the norm before it (:func:`fp8ext.quantize.rms_norm_quantize`):
-        q ``[M, K]`` (K may be padded to a multiple of 16 with zeros) and its scale
-        (per-token ``[M]`` for RowWise); returns ``[M, out_features]`` in out_dtype."""
+        """The layer for an input already quantized as its recipe quantizes activations
+        with current scaling, e.g. fused with the norm before it
+        (:func:`fp8ext.quantize.rms_norm_quantize`): q ``[M, K]`` (K may be padded to a
+        multiple of 16 with zeros) and its float32 scale (per-token ``[M]``, or 0-d);
+        returns ``[M, out_features]`` in out_dtype. Not a module call: forward hooks
+        do not run."""
+        if self._high_precision:
+            raise RuntimeError("forward_quantized inside high_precision(): the layer must see its unquantized input")
+        if self.recipe.activation_mode != "current":
+            raise ValueError(f"forward_quantized needs current scaling of activations, got "
+                             f"activation_mode={self.recipe.activation_mode!r} (the layer owns its scale)")
+        if out_dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise TypeError(f"out_dtype must be float32, float16 or bfloat16, got {out_dtype}")
         width = -(-self.in_features // K_ALIGN) * K_ALIGN
         if not isinstance(q, torch.Tensor) or q.dim() != 2 or q.shape[1] not in (self.in_features, width):
             raise ValueError(f"q must be [M, {self.in_features}] (or K padded to {width}), got "
@@ -109,6 +118,10 @@ class FP8Linear(nn.Module):
         if q.dtype != self.recipe.activation_format.torch_dtype:
             raise TypeError(f"q must be {self.recipe.activation_format.torch_dtype} (the recipe's activation "
                             f"format), got {q.dtype}")
+        if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or scale.device != q.device or \
+                scale.shape not in ((), (q.shape[0],)):
+            raise ValueError(f"scale must be a float32 tensor of shape () or [{q.shape[0]}] on {q.device}, got "
+                             f"{(scale.dtype, tuple(scale.shape), scale.device) if isinstance(scale, torch.Tensor) else scale}")
         if q.shape[1] != width:
             q = pad_cols(q, K_ALIGN)
         return self._matmul_quantized(q, scale, out_dtype)

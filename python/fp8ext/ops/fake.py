@@ -52,6 +52,8 @@ def _rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_
 
 @torch.library.register_fake("fp8ext::silu_mul_quantize_per_row")
 def _silu_mul_quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
+    if x.shape[1] % 2:
+        raise ValueError(f"x must be [M, 2 * I] (gate, then up), got {x.shape[1]} columns")
     return x.new_empty((x.shape[0], _k_padded(x.shape[1] // 2, pad_k_to)), dtype=dtype), _f32(x, (x.shape[0],))
 
 

@@ -18,7 +18,7 @@ def rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_k
         raise TypeError(f"weight must have x's dtype ({x.dtype}), got {weight.dtype}")
     if weight.device != x.device:
         raise ValueError(f"weight must be on x's device ({x.device}), got {weight.device}")
-    if eps < 0:
+    if not eps >= 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
     y = weight * F.rms_norm(x, (x.shape[-1],), None, eps)
     return torch.ops.fp8ext.quantize_per_row(y, dtype, margin, power_of_two, pad_k_to)
