@@ -42,6 +42,12 @@ def scattered_tables(lengths, page_size, num_pages, generator=None):
     return table, torch.tensor(lengths, dtype=torch.int32)
 
 
+def decode_on_cuda(q, k_pool, v_pool, args):
+    """paged_decode_attention on the GPU for CPU inputs (the reference's argument tuple after the pools)."""
+    return torch.ops.fp8ext.paged_decode_attention(q.cuda(), k_pool.cuda(), v_pool.cuda(),
+                                                   *(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
+
+
 @pytest.fixture(params=["pipelined", "registers"])
 def decode_kernel(request, monkeypatch):
     """FP8 caches at head_dim 128 take the cp.async pipeline unless FP8EXT_DECODE_PIPELINE=0
@@ -90,8 +96,7 @@ def test_decode_matches_reference(q_heads, kv_heads, dim, page_size, dtype, num_
         q = torch.randn(len(lengths), q_heads, dim).to(q_dtype)
         args = (table, lens, k_scale, v_scale, dim ** -0.5, num_splits, 0, 0.0)
         want = ref.paged_decode_attention(q, k_pool, v_pool, *args)
-        got = torch.ops.fp8ext.paged_decode_attention(q.cuda(), k_pool.cuda(), v_pool.cuda(),
-                                                      *(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
+        got = decode_on_cuda(q, k_pool, v_pool, args)
         assert got.dtype == q_dtype and got.shape == q.shape
         got = got.cpu()
         assert (got[-1] == 0).all()  # length 0
@@ -109,8 +114,7 @@ def test_long_sequence_split_kv_with_window_and_softcap(num_splits, seed, decode
     for window, softcap in ((0, 0.0), (1000, 0.0), (0, 30.0), (257, 10.0)):
         args = (table, lens, scale, scale, dim ** -0.5, num_splits, window, softcap)
         want = ref.paged_decode_attention(q, k_pool, v_pool, *args)
-        got = torch.ops.fp8ext.paged_decode_attention(q.cuda(), k_pool.cuda(), v_pool.cuda(),
-                                                      *(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
+        got = decode_on_cuda(q, k_pool, v_pool, args)
         assert rel(got.cpu(), want) < MMA_TOL[E4M3], (window, softcap)
 
 
@@ -125,8 +129,7 @@ def test_merge_of_more_splits_than_it_prefetches(dim, seed, decode_kernel):
     q = torch.randn(3, 4, dim)
     args = (table, lens, scale, scale, dim ** -0.5, 150, 0, 0.0)
     want = ref.paged_decode_attention(q, k_pool, v_pool, *args)
-    got = torch.ops.fp8ext.paged_decode_attention(q.cuda(), k_pool.cuda(), v_pool.cuda(),
-                                                  *(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
+    got = decode_on_cuda(q, k_pool, v_pool, args)
     assert rel(got.cpu(), want) < MMA_TOL[E4M3]
 
 
@@ -142,8 +145,7 @@ def test_split_merge_with_very_negative_scores(num_splits, seed, decode_kernel):
     q = -torch.ones(2, 8, dim)
     args = (table, lens, torch.tensor(1.0), torch.tensor(1.0), 1.0, num_splits, 0, 0.0)
     want = ref.paged_decode_attention(q, k_pool, v_pool, *args)
-    got = torch.ops.fp8ext.paged_decode_attention(q.cuda(), k_pool.cuda(), v_pool.cuda(),
-                                                  *(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
+    got = decode_on_cuda(q, k_pool, v_pool, args)
     assert torch.isfinite(want).all() and want.abs().max() > 0
     assert rel(got.cpu(), want) < MMA_TOL[E4M3]
 
@@ -161,8 +163,7 @@ def test_non_finite_values_propagate_as_in_the_reference(num_splits, seed, decod
     one = torch.ones(())
     args = (table, lens, one, one, 0.125, num_splits, 0, 0.0)
     want = ref.paged_decode_attention(q, k_pool, v_pool, *args)
-    got = torch.ops.fp8ext.paged_decode_attention(q.cuda(), k_pool.cuda(), v_pool.cuda(),
-                                                  *(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
+    got = decode_on_cuda(q, k_pool, v_pool, args)
     assert torch.isnan(want[1, :2]).all() and torch.isnan(want[3, 2]).all() and torch.isfinite(want[0]).all()
     got = got.cpu()
     assert torch.equal(torch.isnan(got), torch.isnan(want))

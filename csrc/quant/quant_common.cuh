@@ -252,23 +252,32 @@ __device__ __forceinline__ float raw_chunks_amax(const typename Input<T>::Raw (&
   return m;
 }
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
-}
-
-// Max over the block, of values of any sign (NaNs skipped); every thread gets
-// the result. `smem` holds 32 floats.
-__device__ __forceinline__ float block_max(float v, float* smem) {
+// op(v) over the block; every thread gets the result. `identity` fills the
+// lanes past the last warp; `smem` holds 32 floats.
+template <typename Op>
+__device__ __forceinline__ float block_reduce(float v, float* smem, float identity, Op op) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_max(v);
+  auto warp_reduce = [&](float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x = op(x, __shfl_xor_sync(0xFFFFFFFFu, x, o));
+    return x;
+  };
+  v = warp_reduce(v);
   __syncthreads();  // smem may still be read from a previous call
   if (lane == 0) smem[warp] = v;
   __syncthreads();
   const int warps = (blockDim.x + 31) >> 5;
-  v = lane < warps ? smem[lane] : -INFINITY;  // not 0: the decode merge reduces negative log-sum-exps
-  return warp_max(v);
+  return warp_reduce(lane < warps ? smem[lane] : identity);
+}
+
+// Max over the block, of values of any sign (NaNs skipped; -inf, not 0, fills
+// the missing lanes: the decode merge reduces negative log-sum-exps).
+__device__ __forceinline__ float block_max(float v, float* smem) {
+  return block_reduce(v, smem, -INFINITY, [](float a, float b) { return fmaxf(a, b); });
+}
+
+__device__ __forceinline__ float block_sum(float v, float* smem) {
+  return block_reduce(v, smem, 0.0f, [](float a, float b) { return a + b; });
 }
 
 // Non-negative floats order like their bit patterns, so an unsigned atomicMax works.

@@ -21,20 +21,6 @@ using namespace detail;
 
 constexpr int kCached = 2;
 
-__device__ __forceinline__ float block_sum(float v, float* smem) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  __syncthreads();  // smem may still be read from a previous call
-  if (lane == 0) smem[warp] = v;
-  __syncthreads();
-  const int warps = (blockDim.x + 31) >> 5;
-  v = lane < warps ? smem[lane] : 0.0f;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
-}
-
 // y of one chunk at column c0 from its input values; columns past `cols` are 0
 // (the K padding), also when the row's norm is NaN.
 template <typename T>

@@ -70,12 +70,7 @@ def quantize(x: torch.Tensor, recipe: Recipe, role: str = "activation", state: S
               "block": torch.ops.fp8ext.quantize_per_block}[recipe.weight_granularity]
         return op(x2, dtype, recipe.margin, recipe.power_of_two_scales, pad)
 
-    if x.dim() < 1:
-        raise ValueError("x must have at least one dimension [..., K], got a 0-d tensor")
-    lead = x.shape[:-1]
-    x2 = x.reshape(math.prod(lead), x.shape[-1])
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
+    x2 = _rows(x)
     dtype = recipe.activation_format.torch_dtype
     mode = recipe.activation_mode
     if mode == "delayed":
@@ -92,7 +87,7 @@ def quantize(x: torch.Tensor, recipe: Recipe, role: str = "activation", state: S
               "per_token": torch.ops.fp8ext.quantize_per_row,
               "group": torch.ops.fp8ext.quantize_per_group}[recipe.activation_granularity]
         q, s = op(x2, dtype, recipe.margin, recipe.power_of_two_scales, pad)
-    return q.reshape(*lead, q.shape[-1]), s
+    return q.reshape(*x.shape[:-1], q.shape[-1]), s
 
 
 def _check_per_token(recipe, what: str) -> None:
@@ -105,7 +100,7 @@ def _check_per_token(recipe, what: str) -> None:
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
-    _native.check_input(x, "x")
+    """x [..., K] as a [M, K] matrix with unit column stride (callers have run _native.check_input)."""
     if x.dim() < 1:
         raise ValueError("x must have at least one dimension [..., K], got a 0-d tensor")
     x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
@@ -122,6 +117,7 @@ def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float, recipe:
     to the unfused path. ``weight`` is ``[x.shape[-1]]`` in x's dtype. Returns
     ``(q, scale)`` as :func:`quantize`."""
     _check_per_token(recipe, "rms_norm_quantize")
+    _native.check_input(x, "x")
     if not isinstance(weight, torch.Tensor):
         raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
     pad = _check_pad(pad_k_to)
@@ -137,6 +133,7 @@ def silu_mul_quantize(x: torch.Tensor, recipe: Recipe, pad_k_to: int | None = No
     (:class:`fp8ext.recipes.RowWise`): one launch on the GPU instead of three;
     bit-identical to the unfused path on the CPU. Returns ``(q [..., I], scale)``."""
     _check_per_token(recipe, "silu_mul_quantize")
+    _native.check_input(x, "x")
     pad = _check_pad(pad_k_to)
     q, s = torch.ops.fp8ext.silu_mul_quantize_per_row(_rows(x), recipe.activation_format.torch_dtype,
                                                       recipe.margin, recipe.power_of_two_scales, pad)

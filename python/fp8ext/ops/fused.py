@@ -30,7 +30,7 @@ def silu_mul_quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
     if x.shape[-1] % 2:
         raise ValueError(f"x must be [M, 2 * I] (gate, then up), got {x.shape[-1]} columns")
     gate, up = x.split(x.shape[-1] // 2, dim=-1)
-    return torch.ops.fp8ext.quantize_per_row((F.silu(gate) * up).contiguous(), dtype, margin, power_of_two, pad_k_to)
+    return torch.ops.fp8ext.quantize_per_row(F.silu(gate) * up, dtype, margin, power_of_two, pad_k_to)
 
 
 torch.library.impl("fp8ext::rms_norm_quantize_per_row", "CPU")(rms_norm_quantize_per_row)
