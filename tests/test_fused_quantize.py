@@ -1,8 +1,8 @@
 """Per-token quantization fused with the op before it: RMSNorm
 (fp8ext.quantize.rms_norm_quantize, op rms_norm_quantize_per_row) and SwiGLU's
 silu * up (silu_mul_quantize, op silu_mul_quantize_per_row). On the CPU
-bit-identical to the unfused ops, also through the serving engine with
-FP8EXT_FUSED_QUANT=1; on the GPU (marked tests) against the CPU."""
+bit-identical to the unfused ops, also through the serving engine (which
+uses them unless FP8EXT_FUSED_QUANT=0); on the GPU (marked tests) against the CPU."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -132,7 +132,8 @@ def test_fp8_linear_takes_the_fused_input_as_its_own(seed):
 
 
 def test_engine_with_fused_quantization_is_bit_identical_on_cpu(monkeypatch, seed):
-    """The serving model with FP8EXT_FUSED_QUANT=1 (RowWise W8A8) gives the same logits."""
+    """The serving model with the fused ops (the default; FP8EXT_FUSED_QUANT=0 is the unfused path) gives the same
+    logits (RowWise W8A8)."""
     from fp8ext.serving import layers
     from test_serving import make_cache, tiny_model
     model = tiny_model(seed=seed).quantize(RowWise())
@@ -143,9 +144,9 @@ def test_engine_with_fused_quantization_is_bit_identical_on_cpu(monkeypatch, see
         slots = [cache.append(i, len(p)) for i, p in enumerate(prompts)]
         return model.prefill(prompts, slots, cache)
 
-    monkeypatch.delenv("FP8EXT_FUSED_QUANT", raising=False)
+    monkeypatch.setenv("FP8EXT_FUSED_QUANT", "0")
     want = logits()
-    monkeypatch.setenv("FP8EXT_FUSED_QUANT", "1")
+    monkeypatch.delenv("FP8EXT_FUSED_QUANT")
     calls = []  # the fused ops must really run: two norms and one SwiGLU per layer
     for name in ("rms_norm_quantize", "silu_mul_quantize"):
         fused = getattr(layers, name)
@@ -155,15 +156,29 @@ def test_engine_with_fused_quantization_is_bit_identical_on_cpu(monkeypatch, see
     assert sorted(calls) == ["rms_norm_quantize"] * (2 * n) + ["silu_mul_quantize"] * n
 
 
+def _fused_call(op, x, weight):
+    recipe = RowWise()  # built outside the traced function, as a module attribute would be
+    if op == "rms_norm":
+        return lambda: rms_norm_quantize(x, weight, 1e-5, recipe, pad_k_to=16)
+    return lambda: silu_mul_quantize(x, recipe, pad_k_to=16)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "swiglu"])
+def test_compile_traces_the_fused_apis(op, seed):
+    """torch.compile(fullgraph=True) traces the Python APIs (the GPU test compiles them with Inductor)."""
+    x, weight = inputs((4, 256), torch.bfloat16, seed)
+    fn = _fused_call(op, x, weight)
+    want_q, want_s = fn()
+    q, s = torch.compile(fn, fullgraph=True, backend="aot_eager")()
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(s, want_s)
+
+
 # ---- GPU (run on the device) -----------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", ["rms_norm", "swiglu"])
 def test_cuda_graph_capture_and_compile(op, seed):
     x, weight = inputs((16, 4096), torch.bfloat16, seed, device="cuda")
-    if op == "rms_norm":
-        fn = lambda: rms_norm_quantize(x, weight, 1e-5, RowWise(), pad_k_to=16)  # noqa: E731
-    else:
-        fn = lambda: silu_mul_quantize(x, RowWise(), pad_k_to=16)  # noqa: E731
+    fn = _fused_call(op, x, weight)
     want_q, want_s = fn()
     graph, (q, s) = capture(fn)
     q.view(torch.uint8).fill_(0xAB)  # poison: the replay must write everything

@@ -38,6 +38,9 @@ def op_cases(device):
         scale = torch.full((2,), 0.5, device=device)
         slots = torch.tensor([3, -1, 17, 40, 95], device=device)
         yield torch.ops.fp8ext.kv_cache_write.default, (k, k, k_cache, v_cache, slots, scale, scale)
+        qkv = torch.randn(5, (8 + 2 * 2) * 64, device=device, dtype=torch.bfloat16)  # 8 q heads, 2 KV heads
+        cos, sin = torch.randn(2, 5, 64, device=device, dtype=torch.bfloat16)
+        yield torch.ops.fp8ext.kv_cache_write_rotary.default, (qkv, cos, sin, k_cache, v_cache, slots, scale, scale, 8)
         table = torch.tensor([[2, 0, 5], [1, 4, 0]], device=device, dtype=torch.int32)
         lens = torch.tensor([40, 9], device=device, dtype=torch.int32)
         q = torch.randn(2, 8, 64, device=device, dtype=torch.bfloat16)

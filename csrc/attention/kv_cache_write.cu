@@ -1,7 +1,10 @@
 // The fused KV-cache write: one launch quantizes the new K and V and scatters
 // them into their pages. One thread per 16-element chunk of a token's head
 // (two 16-byte loads of bf16, one 16-byte FP8 store), grid-stride over all
-// chunks of K and V.
+// chunks of K and V. The rotary variant reads q, k and v from the fused QKV
+// projection's output, applies RoPE to q and k on the way, writes the rotated
+// q for the attention and K/V into the cache: one launch where the unfused
+// decode step takes about ten (splits, rotations, copies, the write).
 #include "../quant/quant_common.cuh"
 #include "fp8ext/paged_kv_cuda.h"
 
@@ -32,7 +35,23 @@ __device__ __forceinline__ void store16(void* dst, const float (&v)[kChunk], flo
   reinterpret_cast<uint4*>(dst)[1] = u.w[1];
 }
 
-// C: cache element (uint8_t for FP8 with format F, else __half / __nv_bfloat16).
+// One chunk of a token's head into its slot of a pool. C: cache element
+// (uint8_t for FP8 with format F, else __half / __nv_bfloat16).
+template <typename C, Fp8Format F>
+__device__ __forceinline__ void write_chunk(const WriteArgs& a, int which, int64_t slot, int64_t head, int64_t c0,
+                                            const float (&x)[kChunk]) {
+  // Scalar selects, not a.pools[which]: indexing a parameter array at run time spills it to the stack.
+  const float* scales = which ? a.scales[1] : a.scales[0];
+  const float s = scales[(which ? a.per_head[1] : a.per_head[0]) ? head : 0];
+  uint8_t* pool = which ? a.pools[1] : a.pools[0];
+  const int64_t offset = (slot * a.heads + head) * (a.chunks_per_head * kChunk) + c0;  // elements
+  if constexpr (sizeof(C) == 1) {
+    reinterpret_cast<uint4*>(pool + offset)[0] = quantize_chunk<F>(x, Scale(s)).vec;
+  } else {
+    store16<C>(reinterpret_cast<C*>(pool) + offset, x, s);
+  }
+}
+
 template <typename T, typename C, Fp8Format F>
 __global__ void __launch_bounds__(kThreads) kv_cache_write_kernel(Input<T> k, Input<T> v, WriteArgs a) {
   begin_dependent_kernel();
@@ -52,15 +71,63 @@ __global__ void __launch_bounds__(kThreads) kv_cache_write_kernel(Input<T> k, In
     } else {
       k.load(row, c0, x);
     }
-    // Scalar selects, not a.pools[which]: indexing a parameter array at run time spills it to the stack.
-    const float* scales = which ? a.scales[1] : a.scales[0];
-    const float s = scales[(which ? a.per_head[1] : a.per_head[0]) ? head : 0];
-    uint8_t* pool = which ? a.pools[1] : a.pools[0];
-    const int64_t offset = (slot * a.heads + head) * (a.chunks_per_head * kChunk) + c0;  // elements
-    if constexpr (sizeof(C) == 1) {
-      reinterpret_cast<uint4*>(pool + offset)[0] = quantize_chunk<F>(x, Scale(s)).vec;
+    write_chunk<C, F>(a, which, slot, head, c0, x);
+  }
+}
+
+// RoPE in the rotate-half layout with precomputed tables, rounded as PyTorch
+// rounds `x * cos + swap_halves(x) * sin` in T (each product, then the sum;
+// no FMA contraction, so float32 inputs match too). sin carries the sign of
+// the first half (python/fp8ext/ops/fused.py).
+template <typename T>
+__device__ __forceinline__ void rotate_chunk(float (&x)[kChunk], const float (&partner)[kChunk],
+                                             const float (&cos)[kChunk], const float (&sin)[kChunk]) {
+#pragma unroll
+  for (int i = 0; i < kChunk; ++i) {
+    const float a = to_float(from_float<T>(__fmul_rn(x[i], cos[i])));
+    const float b = to_float(from_float<T>(__fmul_rn(partner[i], sin[i])));
+    x[i] = to_float(from_float<T>(__fadd_rn(a, b)));
+  }
+}
+
+template <typename T>
+struct RotaryArgs {
+  Input<T> cos, sin;  // [num_tokens, head_dim]
+  T* q_out;           // [num_tokens, q_heads, head_dim], contiguous
+  int64_t q_heads;
+};
+
+// qkv [num_tokens, (q_heads + 2 * heads) * head_dim]: q heads, then K's, then V's.
+template <typename T, typename C, Fp8Format F>
+__global__ void __launch_bounds__(kThreads) kv_cache_write_rotary_kernel(Input<T> qkv, RotaryArgs<T> r, WriteArgs a) {
+  begin_dependent_kernel();
+  const int64_t dim = a.chunks_per_head * kChunk, heads_total = r.q_heads + 2 * a.heads;
+  const int64_t total = a.num_tokens * heads_total * a.chunks_per_head;
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
+    const int64_t token = i / (heads_total * a.chunks_per_head);
+    const int64_t head = i / a.chunks_per_head % heads_total;
+    const int64_t c0 = i % a.chunks_per_head * kChunk;
+    const bool is_q = head < r.q_heads, is_v = head >= r.q_heads + a.heads;
+    const int64_t slot = is_q ? 0 : a.slots[token];
+    if (!is_q && (slot < 0 || slot >= a.slots_total)) continue;  // padding (the op checks the range where it can)
+    float x[kChunk];
+    qkv.load(token, head * dim + c0, x);
+    if (!is_v) {
+      float partner[kChunk], cos[kChunk], sin[kChunk];
+      qkv.load(token, head * dim + (c0 + dim / 2) % dim, partner);
+      r.cos.load(token, c0, cos);
+      r.sin.load(token, c0, sin);
+      rotate_chunk<T>(x, partner, cos, sin);
+    }
+    if (is_q) {
+      union { T h[kChunk]; uint4 w[kChunk * sizeof(T) / 16]; } u;
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) u.h[j] = from_float<T>(x[j]);
+      uint4* dst = reinterpret_cast<uint4*>(r.q_out + (token * r.q_heads + head) * dim + c0);
+#pragma unroll
+      for (int j = 0; j < int(kChunk * sizeof(T) / 16); ++j) dst[j] = u.w[j];
     } else {
-      store16<C>(reinterpret_cast<C*>(pool) + offset, x, s);
+      write_chunk<C, F>(a, is_v, slot, head - r.q_heads - (is_v ? a.heads : 0), c0, x);
     }
   }
 }
@@ -84,7 +151,59 @@ cudaError_t launch_for_input(Input<T> k, Input<T> v, const WriteArgs& a, CacheDT
   return cudaErrorInvalidValue;
 }
 
+template <typename T>
+cudaError_t launch_rotary(Input<T> qkv, const RotaryArgs<T>& r, const WriteArgs& a, CacheDType dtype,
+                          cudaStream_t stream) {
+  const int64_t chunks = a.num_tokens * (r.q_heads + 2 * a.heads) * a.chunks_per_head;
+  const unsigned blocks = static_cast<unsigned>(
+      std::min<int64_t>(ceil_div(chunks, kThreads), int64_t{num_sms()} * 8));
+  const dim3 grid(blocks), block(kThreads);
+  switch (dtype) {
+    case CacheDType::kE4M3:
+      return launch(kv_cache_write_rotary_kernel<T, uint8_t, Fp8Format::kE4M3>, grid, block, stream, qkv, r, a);
+    case CacheDType::kE5M2:
+      return launch(kv_cache_write_rotary_kernel<T, uint8_t, Fp8Format::kE5M2>, grid, block, stream, qkv, r, a);
+    case CacheDType::kFloat16:
+      return launch(kv_cache_write_rotary_kernel<T, __half, Fp8Format::kE4M3>, grid, block, stream, qkv, r, a);
+    case CacheDType::kBFloat16:
+      return launch(kv_cache_write_rotary_kernel<T, __nv_bfloat16, Fp8Format::kE4M3>, grid, block, stream, qkv, r, a);
+  }
+  return cudaErrorInvalidValue;
+}
+
+WriteArgs write_args(int64_t num_tokens, const int64_t* slots, const PagedPool& k_pool, const PagedPool& v_pool,
+                     KvScale k_scale, KvScale v_scale) {
+  return WriteArgs{slots, num_tokens, k_pool.num_kv_heads, k_pool.head_dim / kChunk,
+                   k_pool.num_pages * k_pool.page_size,
+                   {static_cast<uint8_t*>(k_pool.data), static_cast<uint8_t*>(v_pool.data)},
+                   {k_scale.data, v_scale.data}, {k_scale.per_head, v_scale.per_head}};
+}
+
 }  // namespace
+
+cudaError_t kv_cache_write_rotary(const RotaryQkv& in, const int64_t* slots, const PagedPool& k_pool,
+                                  const PagedPool& v_pool, KvScale k_scale, KvScale v_scale, cudaStream_t stream) {
+  const int64_t heads = k_pool.num_kv_heads, dim = k_pool.head_dim;
+  if (dim % (2 * kChunk) != 0 || k_pool.dtype != v_pool.dtype || in.q_heads < 0 ||
+      in.qkv_row_stride < (in.q_heads + 2 * heads) * dim)
+    return cudaErrorInvalidValue;
+  if (in.num_tokens == 0 || in.q_heads + heads == 0) return cudaSuccess;
+  const WriteArgs a = write_args(in.num_tokens, slots, k_pool, v_pool, k_scale, v_scale);
+  const int64_t cols = (in.q_heads + 2 * heads) * dim;
+  const ConstMatrix qkv{in.qkv, in.dtype, in.num_tokens, cols, in.qkv_row_stride};
+  const ConstMatrix cos{in.cos, in.dtype, in.num_tokens, dim, dim}, sin{in.sin, in.dtype, in.num_tokens, dim, dim};
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const RotaryArgs<T> r{make_input<T>(cos), make_input<T>(sin), static_cast<T*>(in.q_out), in.q_heads};
+    return launch_rotary(make_input<T>(qkv), r, a, k_pool.dtype, stream);
+  };
+  switch (in.dtype) {
+    case DType::kFloat32: return run(float{});
+    case DType::kFloat16: return run(__half{});
+    case DType::kBFloat16: return run(__nv_bfloat16{});
+  }
+  return cudaErrorInvalidValue;
+}
 
 cudaError_t kv_cache_write(const void* k, const void* v, DType dtype, int64_t num_tokens, const int64_t* slots,
                            const PagedPool& k_pool, const PagedPool& v_pool, KvScale k_scale, KvScale v_scale,
@@ -92,9 +211,7 @@ cudaError_t kv_cache_write(const void* k, const void* v, DType dtype, int64_t nu
   const int64_t heads = k_pool.num_kv_heads, dim = k_pool.head_dim;
   if (dim % kChunk != 0 || k_pool.dtype != v_pool.dtype) return cudaErrorInvalidValue;
   if (num_tokens == 0 || heads == 0 || dim == 0) return cudaSuccess;
-  WriteArgs a{slots, num_tokens, heads, dim / kChunk, k_pool.num_pages * k_pool.page_size,
-              {static_cast<uint8_t*>(k_pool.data), static_cast<uint8_t*>(v_pool.data)},
-              {k_scale.data, v_scale.data}, {k_scale.per_head, v_scale.per_head}};
+  const WriteArgs a = write_args(num_tokens, slots, k_pool, v_pool, k_scale, v_scale);
   const ConstMatrix km{k, dtype, num_tokens * heads, dim, dim}, vm{v, dtype, num_tokens * heads, dim, dim};
   switch (dtype) {
     case DType::kFloat32: return launch_for_input(make_input<float>(km), make_input<float>(vm), a, k_pool.dtype, stream);

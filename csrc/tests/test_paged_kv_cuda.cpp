@@ -69,6 +69,68 @@ FP8EXT_TEST(write_quantizes_into_the_slots) {
   for (int64_t e = 0; e < kKvHeads * kDim; ++e) EXPECT_EQ(int(gk[skipped_slot * kKvHeads * kDim + e]), 0);
 }
 
+// RoPE fused into the write: float32 qkv with padded rows, q rotated into
+// q_out, K rotated then written, V written, against the same float math here
+// (each product and the sum rounded to float: the kernel contracts nothing).
+FP8EXT_TEST(rotary_write_rotates_q_and_k_then_writes) {
+  require_gpu();
+  const int64_t n = 21, q_heads = 4, heads_total = q_heads + 2 * kKvHeads, cols = heads_total * kDim,
+                stride = cols + 8;
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.0f, 100.0f);
+  std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
+  std::vector<float> qkv(n * stride), cos(n * kDim), sin(n * kDim);
+  for (auto& x : qkv) x = nd(rng);
+  for (auto& x : cos) x = ud(rng);
+  for (auto& x : sin) x = ud(rng);
+  std::vector<int64_t> slots(n);
+  std::iota(slots.begin(), slots.end(), 50);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  slots[4] = -1;
+  const std::vector<float> scales = {0.5f, 0.25f};
+  DeviceBuffer<float> dqkv(qkv.size()), dcos(cos.size()), dsin(sin.size()), dq(n * q_heads * kDim), ds(2);
+  DeviceBuffer<int64_t> dslots(n);
+  DeviceBuffer<uint8_t> kp(kPages * kPageSize * kKvHeads * kDim), vp(kp.n);
+  dqkv.upload(qkv);
+  dcos.upload(cos);
+  dsin.upload(sin);
+  ds.upload(scales);
+  dslots.upload(slots);
+  CUDA_OK(cudaMemset(kp.ptr, 0, kp.n));
+  CUDA_OK(cudaMemset(vp.ptr, 0, vp.n));
+  const cuda::RotaryQkv in{dqkv.ptr, DType::kFloat32, n, stride, q_heads, dcos.ptr, dsin.ptr, dq.ptr};
+  CUDA_OK(cuda::kv_cache_write_rotary(in, dslots.ptr, pool(kp.ptr), pool(vp.ptr), {ds.ptr, true}, {ds.ptr, false},
+                                      nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> gq = dq.download();
+  const std::vector<uint8_t> gk = kp.download(), gv = vp.download();
+  auto rotated = [&](int64_t t, int64_t head, int64_t d) {
+    const float* row = &qkv[t * stride + head * kDim];
+    const float a = row[d] * cos[t * kDim + d];
+    const float b = row[(d + kDim / 2) % kDim] * sin[t * kDim + d];
+    return a + b;
+  };
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t d = 0; d < kDim; ++d) {
+      for (int64_t h = 0; h < q_heads; ++h)
+        EXPECT_EQ_CTX(gq[(t * q_heads + h) * kDim + d], rotated(t, h, d), "q");
+      if (slots[t] < 0) continue;
+      for (int64_t h = 0; h < kKvHeads; ++h) {
+        const int64_t dst = (slots[t] * kKvHeads + h) * kDim + d;
+        const float v = qkv[t * stride + (q_heads + kKvHeads + h) * kDim + d];
+        EXPECT_EQ_CTX(int(gk[dst]), int(encode_fp8_saturate(rotated(t, q_heads + h, d) / scales[h],
+                                                            Fp8Format::kE4M3)), "k code");
+        EXPECT_EQ_CTX(int(gv[dst]), int(encode_fp8_saturate(v / scales[0], Fp8Format::kE4M3)), "v code");
+      }
+    }
+  }
+  // A head_dim that is not a multiple of 32 is refused.
+  cuda::PagedPool odd = pool(kp.ptr);
+  odd.head_dim = 48;
+  EXPECT_EQ(int(cuda::kv_cache_write_rotary(in, dslots.ptr, odd, odd, {ds.ptr, true}, {ds.ptr, false}, nullptr)),
+            int(cudaErrorInvalidValue));
+}
+
 // Decodes E4M3 pools filled with random codes and checks every sequence
 // against float64 attention; page_ids[b] lists sequence b's pages.
 void check_decode(int num_splits, int q_heads) {

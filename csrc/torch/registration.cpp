@@ -64,6 +64,12 @@ TORCH_LIBRARY(fp8ext, m) {
   m.def(
       "kv_cache_write(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping, "
       "Tensor k_scale, Tensor v_scale) -> ()");
+  // kv_cache_write with RoPE: qkv [T, (H_q + 2 H_kv) * D] (q heads, K heads, V
+  // heads), cos and sin [T, D] (rotate-half tables, sin's first half negated);
+  // K is rotated, then written with V; returns the rotated q [T, H_q, D].
+  m.def(
+      "kv_cache_write_rotary(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) k_cache, Tensor(b!) v_cache, "
+      "Tensor slot_mapping, Tensor k_scale, Tensor v_scale, int num_q_heads) -> Tensor");
   // One query token per sequence, q [B, H_q, D], over the pages of block_table
   // [B, max_pages] up to seq_lens [B]; num_splits splits each sequence's KV
   // (planned on the host, so the captured kernel's grid is fixed); window > 0

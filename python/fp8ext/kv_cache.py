@@ -186,6 +186,17 @@ class PagedKVCache:
         torch.ops.fp8ext.kv_cache_write(k, v, self.k[layer], self.v[layer], slot_mapping,
                                         self.k_scale[layer], self.v_scale[layer])
 
+    def write_rotary(self, layer: int, qkv: torch.Tensor, num_q_heads: int, cos: torch.Tensor, sin: torch.Tensor,
+                     slot_mapping: torch.Tensor) -> torch.Tensor:
+        """`write` fused with RoPE, for a fused QKV projection's output qkv
+        [num_tokens, (num_q_heads + 2 H_kv) * D]: q and K are rotated with the
+        rotate-half tables cos, sin [num_tokens, D] (sin's first half negated),
+        K and V go into their slots, and the rotated q [num_tokens, num_q_heads, D]
+        is returned. One launch on the GPU; D must be a multiple of 32."""
+        self._check_layer(layer)
+        return torch.ops.fp8ext.kv_cache_write_rotary(qkv, cos, sin, self.k[layer], self.v[layer], slot_mapping,
+                                                      self.k_scale[layer], self.v_scale[layer], num_q_heads)
+
     def plan(self, seq_ids: Sequence, num_sms: int | None = None, out: DecodePlan | None = None) -> DecodePlan:
         """Block table and lengths of these sequences for one decode step (host-side).
         With `out`, refills its tensors in place (same batch size), so a CUDA

@@ -37,6 +37,23 @@ cudaError_t kv_cache_write(const void* k, const void* v, DType dtype, int64_t nu
                            const PagedPool& k_pool, const PagedPool& v_pool, KvScale k_scale, KvScale v_scale,
                            cudaStream_t stream);
 
+// The fused QKV projection's output with rotary tables, for kv_cache_write_rotary.
+struct RotaryQkv {
+  const void* qkv;  // [num_tokens, (q_heads + 2 * H_kv) * D]: q heads, K heads, V heads; rows qkv_row_stride apart
+  DType dtype;      // of qkv, the tables and q_out
+  int64_t num_tokens, qkv_row_stride, q_heads;
+  const void* cos;  // [num_tokens, D] contiguous
+  const void* sin;  // [num_tokens, D] contiguous, the first half negated
+  void* q_out;      // [num_tokens, q_heads, D] contiguous
+};
+
+// kv_cache_write of K and V taken from qkv, with rotate-half RoPE applied to q
+// and K first: x -> x * cos + swap_halves(x) * sin, each product and the sum
+// rounded to the dtype (PyTorch's rounding of that expression). The rotated q
+// goes to q_out. D must be a multiple of 32.
+cudaError_t kv_cache_write_rotary(const RotaryQkv& in, const int64_t* slots, const PagedPool& k_pool,
+                                  const PagedPool& v_pool, KvScale k_scale, KvScale v_scale, cudaStream_t stream);
+
 struct DecodeProblem {
   const void* q;  // [batch, num_q_heads, head_dim] contiguous
   DType q_dtype;

@@ -107,6 +107,44 @@ void kv_cache_write_cuda(const at::Tensor& k, const at::Tensor& v, at::Tensor& k
                "kv_cache_write");
 }
 
+at::Tensor kv_cache_write_rotary_cuda(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
+                                      at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& slot_mapping,
+                                      const at::Tensor& k_scale, const at::Tensor& v_scale, int64_t num_q_heads) {
+  const auto [k_pool, v_pool] = pools(k_cache, v_cache);
+  const int64_t heads = k_pool.num_kv_heads, dim = k_pool.head_dim;
+  TORCH_CHECK_VALUE(dim % 32 == 0, "head_dim must be a multiple of 32 for the rotary write, got ", dim);
+  TORCH_CHECK_VALUE(num_q_heads >= 1, "num_q_heads must be >= 1, got ", num_q_heads);
+  const int64_t cols = (num_q_heads + 2 * heads) * dim;
+  TORCH_CHECK_VALUE(qkv.dim() == 2 && qkv.size(1) == cols && qkv.stride(1) == 1, "qkv must be [num_tokens, ", cols,
+                    "] ((num_q_heads + 2 * num_kv_heads) * head_dim) with contiguous rows, got ", qkv.sizes(),
+                    " strides ", qkv.strides());
+  const DType dt = to_dtype(qkv, "qkv");
+  const int64_t tokens = qkv.size(0);
+  for (const auto& [t, name] : {std::pair{&cos, "cos"}, std::pair{&sin, "sin"}}) {
+    TORCH_CHECK_VALUE(t->dim() == 2 && t->size(0) == tokens && t->size(1) == dim, name, " must be [", tokens, ", ",
+                      dim, "] (num_tokens, head_dim), got ", t->sizes());
+    TORCH_CHECK_TYPE(t->scalar_type() == qkv.scalar_type(), name, " must have qkv's dtype ", qkv.scalar_type(),
+                     ", got ", t->scalar_type());
+    check_device(*t, name, k_cache);
+  }
+  TORCH_CHECK_VALUE(is_index(slot_mapping) && slot_mapping.dim() == 1 && slot_mapping.size(0) == tokens,
+                    "slot_mapping must be int32/int64 [", tokens, "] (one slot per token), got ",
+                    slot_mapping.scalar_type(), " ", slot_mapping.sizes());
+  check_device(qkv, "qkv", k_cache);
+  check_device(slot_mapping, "slot_mapping", k_cache);
+  const auto [ks, k_view] = scale_of(k_scale, "k_scale", heads, k_cache);
+  const auto [vs, v_view] = scale_of(v_scale, "v_scale", heads, k_cache);
+  c10::cuda::CUDAGuard guard(k_cache.device());
+  const at::Tensor cc = cos.contiguous(), sc = sin.contiguous(), slots = slot_mapping.to(at::kLong).contiguous();
+  at::Tensor q = at::empty({tokens, num_q_heads, dim}, qkv.options());
+  const cuda::RotaryQkv in{qkv.data_ptr(), dt, tokens, tokens > 1 ? qkv.stride(0) : cols, num_q_heads,
+                           cc.data_ptr(), sc.data_ptr(), q.data_ptr()};
+  check_launch(cuda::kv_cache_write_rotary(in, slots.data_ptr<int64_t>(), k_pool, v_pool, k_view, v_view,
+                                           stream_of(k_cache)),
+               "kv_cache_write_rotary");
+  return q;
+}
+
 at::Tensor paged_decode_attention_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                        const at::Tensor& block_table, const at::Tensor& seq_lens,
                                        const at::Tensor& k_scale, const at::Tensor& v_scale, double softmax_scale,
@@ -157,6 +195,7 @@ at::Tensor paged_decode_attention_cuda(const at::Tensor& q, const at::Tensor& k_
 
 TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) {
   m.impl("kv_cache_write", &kv_cache_write_cuda);
+  m.impl("kv_cache_write_rotary", &kv_cache_write_rotary_cuda);
   m.impl("paged_decode_attention", &paged_decode_attention_cuda);
 }
 

@@ -20,6 +20,7 @@ _OPS["silu_mul_quantize_per_row"] = (fused.silu_mul_quantize_per_row, "quantizat
 _OPS["scaled_mm"] = (gemm_reference.scaled_mm, "scaled_mm")
 _OPS["scaled_mm_blockwise"] = (gemm_reference.scaled_mm_blockwise, "scaled_mm")
 _OPS["kv_cache_write"] = (kv_cache_reference.kv_cache_write, "the KV-cache write")
+_OPS["kv_cache_write_rotary"] = (fused.kv_cache_write_rotary, "the KV-cache write")
 _OPS["paged_decode_attention"] = (kv_cache_reference.paged_decode_attention, "paged decode attention")
 
 

@@ -82,6 +82,11 @@ def _kv_cache_write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
     return None
 
 
+@torch.library.register_fake("fp8ext::kv_cache_write_rotary")
+def _kv_cache_write_rotary(qkv, cos, sin, k_cache, v_cache, slot_mapping, k_scale, v_scale, num_q_heads):
+    return qkv.new_empty((qkv.shape[0], num_q_heads, k_cache.shape[3]))
+
+
 @torch.library.register_fake("fp8ext::paged_decode_attention")
 def _paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, softmax_scale,
                             num_splits=1, window=0, softcap=0.0):

@@ -1,7 +1,7 @@
 """Fused ops whose CPU implementation (and GPU fallback) is the composition of
 the ops they fuse, so on the CPU the fused and the unfused paths agree bit for
-bit; the CUDA kernels (csrc/quant/rms_norm_quantize.cu, silu_mul_quantize.cu)
-do it in one launch."""
+bit; the CUDA kernels (csrc/quant/rms_norm_quantize.cu, silu_mul_quantize.cu,
+csrc/attention/kv_cache_write.cu) do it in one launch."""
 from __future__ import annotations
 
 import torch
@@ -33,5 +33,39 @@ def silu_mul_quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
     return torch.ops.fp8ext.quantize_per_row(F.silu(gate) * up, dtype, margin, power_of_two, pad_k_to)
 
 
+def rotate_half(x, cos, sin):
+    """RoPE in the rotate-half layout: x * cos + swap_halves(x) * sin, where sin's
+    first half is negated (so no negation of x is needed; exact either way)."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def kv_cache_write_rotary(qkv, cos, sin, k_cache, v_cache, slot_mapping, k_scale, v_scale, num_q_heads):
+    """qkv [T, (H_q + 2 H_kv) * D] split into q, K, V; q and K rotated with the
+    tables cos, sin [T, D]; K and V written as kv_cache_write writes them.
+    Returns the rotated q [T, H_q, D]."""
+    heads, dim = k_cache.shape[2], k_cache.shape[3]
+    if dim % 32:
+        raise ValueError(f"head_dim must be a multiple of 32 for the rotary write, got {dim}")
+    if num_q_heads < 1:
+        raise ValueError(f"num_q_heads must be >= 1, got {num_q_heads}")
+    cols = (num_q_heads + 2 * heads) * dim
+    if qkv.dim() != 2 or qkv.shape[1] != cols:
+        raise ValueError(f"qkv must be [num_tokens, {cols}] ((num_q_heads + 2 * num_kv_heads) * head_dim), "
+                         f"got {tuple(qkv.shape)}")
+    tokens = qkv.shape[0]
+    for name, t in (("cos", cos), ("sin", sin)):
+        if t.shape != (tokens, dim):
+            raise ValueError(f"{name} must be [{tokens}, {dim}] (num_tokens, head_dim), got {tuple(t.shape)}")
+        if t.dtype != qkv.dtype:
+            raise TypeError(f"{name} must have qkv's dtype {qkv.dtype}, got {t.dtype}")
+    q, k, v = qkv.split((num_q_heads * dim, heads * dim, heads * dim), dim=-1)
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    k = rotate_half(k.reshape(tokens, heads, dim), cos, sin)
+    torch.ops.fp8ext.kv_cache_write(k, v.reshape(tokens, heads, dim), k_cache, v_cache, slot_mapping, k_scale, v_scale)
+    return rotate_half(q.reshape(tokens, num_q_heads, dim), cos, sin)
+
+
 torch.library.impl("fp8ext::rms_norm_quantize_per_row", "CPU")(rms_norm_quantize_per_row)
 torch.library.impl("fp8ext::silu_mul_quantize_per_row", "CPU")(silu_mul_quantize_per_row)
+torch.library.impl("fp8ext::kv_cache_write_rotary", "CPU")(kv_cache_write_rotary)

@@ -12,7 +12,8 @@ from torch import nn
 from fp8ext.kv_cache import DecodePlan, PagedKVCache
 from fp8ext.recipes import Recipe
 from fp8ext.serving.config import LlamaConfig
-from fp8ext.serving.layers import RMSNorm, Rotary, apply_linear, fuse_linears, norm_for, swiglu_into
+from fp8ext.serving.layers import (RMSNorm, Rotary, apply_linear, fuse_linears, fused_rotary_write, norm_for,
+                                   swiglu_into)
 
 
 class Attention(nn.Module):
@@ -49,8 +50,14 @@ class Attention(nn.Module):
     def decode(self, x, rope, slots, plan: DecodePlan, cache: PagedKVCache):
         """x [batch, hidden]: one new token per sequence, written before the attention reads it;
         rope: the step's rotary tables (Rotary.tables)."""
-        q, k, v = self._project(x, rope)
-        cache.write(self.layer, k, v, slots)
+        cfg = self.cfg
+        if fused_rotary_write() and cfg.head_dim % 32 == 0:
+            qkv = apply_linear(self.qkv, x)
+            cos, sin = (t.reshape(-1, cfg.head_dim) for t in rope)
+            q = cache.write_rotary(self.layer, qkv.reshape(-1, qkv.shape[-1]), cfg.num_heads, cos, sin, slots)
+        else:
+            q, k, v = self._project(x, rope)
+            cache.write(self.layer, k, v, slots)
         return self.o(cache.attention(self.layer, q, plan).reshape(q.shape[0], -1))
 
 

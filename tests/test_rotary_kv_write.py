@@ -1,0 +1,166 @@
+"""The KV-cache write fused with RoPE (op kv_cache_write_rotary,
+PagedKVCache.write_rotary): q and K of a fused QKV output rotated, K and V
+written. Against Hugging Face Llama's RoPE written out and the plain write, bit
+for bit, on the CPU and (marked tests) on the GPU; and through the serving
+engine's decode step, which uses it unless FP8EXT_FUSED_ROPE=0."""
+import dataclasses
+
+import pytest
+import torch
+
+from fp8ext.cuda_graphs import capture
+from fp8ext.kv_cache import PagedKVCache
+from fp8ext.serving.layers import Rotary
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+each_device = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+
+
+def hf_rope(x, positions, theta=10000.0):
+    """transformers' apply_rotary_pos_emb for one tensor [T, H, D], in x's dtype: tables from
+    float32 angles cast to x's dtype, then q * cos + rotate_half(q) * sin."""
+    dim = x.shape[-1]
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    emb = torch.cat([positions.float()[:, None] * inv_freq[None, :]] * 2, dim=-1)
+    cos, sin = emb.cos().to(x.dtype)[:, None], emb.sin().to(x.dtype)[:, None]
+    half = dim // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def case(tokens, q_heads, kv_heads, dim, dtype, cache_dtype, seed, device, row_pad=0):
+    """qkv (rows `row_pad` elements longer than needed when asked: a strided view), tables,
+    a cache with random slots (some -1) and per-head scales."""
+    g = torch.Generator().manual_seed(seed)
+    cols = (q_heads + 2 * kv_heads) * dim
+    qkv = (torch.randn(tokens, cols + row_pad, generator=g) * 3).to(dtype)[:, :cols]
+    positions = torch.randint(0, 40000, (tokens,), generator=g)
+    cos, sin = (t.reshape(tokens, dim) for t in Rotary(dim, 10000.0).tables(positions, dtype))
+    page_size, pages = 16, -(-tokens // 16) + 2
+    cache = PagedKVCache(1, kv_heads, dim, pages, page_size, cache_dtype,
+                         scales=[{"k_scale": torch.rand(kv_heads, generator=g) * 0.02 + 0.01,
+                                  "v_scale": torch.rand(kv_heads, generator=g) * 0.02 + 0.01}])
+    slots = torch.randperm(pages * page_size, generator=g)[:tokens]
+    slots[torch.rand(tokens, generator=g) < 0.2] = -1
+    return qkv, positions, cos, sin, cache, slots
+
+
+def expected(qkv, positions, q_heads, cache, slots):
+    """HF's RoPE on q and K, then the plain write (on the CPU)."""
+    kv_heads, dim = cache.num_kv_heads, cache.head_dim
+    q, k, v = qkv.split((q_heads * dim, kv_heads * dim, kv_heads * dim), dim=-1)
+    q = hf_rope(q.reshape(-1, q_heads, dim), positions)
+    cache.write(0, hf_rope(k.reshape(-1, kv_heads, dim), positions), v.reshape(-1, kv_heads, dim), slots)
+    return q
+
+
+def to(cache, device):
+    moved = PagedKVCache(1, cache.num_kv_heads, cache.head_dim, cache.num_pages, cache.page_size, cache.dtype,
+                         device=device, scales=[{"k_scale": cache.k_scale[0], "v_scale": cache.v_scale[0]}])
+    moved.k[0].copy_(cache.k[0])
+    moved.v[0].copy_(cache.v[0])
+    return moved
+
+
+def same_bits(a, b):
+    a, b = a.cpu(), b.cpu()
+    if a.element_size() == 1:
+        return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    return torch.equal(a, b)
+
+
+@each_device
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("cache_dtype", [E4M3, E5M2, torch.bfloat16], ids=str)
+def test_matches_hf_rope_then_write_bit_for_bit(device, dtype, cache_dtype, seed):
+    for tokens, q_heads, kv_heads, dim in [(1, 8, 2, 128), (37, 4, 4, 64), (5, 6, 1, 256), (19, 32, 8, 128)]:
+        qkv, positions, cos, sin, cache, slots = case(tokens, q_heads, kv_heads, dim, dtype, cache_dtype, seed, "cpu",
+                                                      row_pad=16 * (tokens % 2))
+        fused = to(cache, device)
+        want_q = expected(qkv, positions, q_heads, cache, slots)
+        q = fused.write_rotary(0, qkv.to(device), q_heads, cos.to(device), sin.to(device), slots.to(device))
+        where = (tokens, q_heads, kv_heads, dim)
+        assert q.shape == (tokens, q_heads, dim) and q.dtype == dtype, where
+        assert same_bits(q, want_q), where
+        assert same_bits(fused.k[0], cache.k[0]) and same_bits(fused.v[0], cache.v[0]), where
+
+
+@each_device
+def test_non_finite_values_are_written_as_the_plain_write_writes_them(device, seed):
+    qkv, positions, cos, sin, cache, slots = case(9, 4, 2, 64, torch.bfloat16, E4M3, seed, "cpu")
+    qkv[0, 5], qkv[1, 4 * 64 + 3], qkv[2, 6 * 64 + 7] = float("nan"), float("inf"), float("-inf")  # q, K, V
+    slots[:3] = torch.tensor([0, 1, 2])
+    fused = to(cache, device)
+    want_q = expected(qkv, positions, 4, cache, slots)
+    q = fused.write_rotary(0, qkv.to(device), 4, cos.to(device), sin.to(device), slots.to(device))
+    assert torch.equal(q.cpu().isnan(), want_q.isnan()) and torch.isnan(want_q).any()
+    finite = ~want_q.isnan()
+    assert torch.equal(q.cpu()[finite], want_q[finite])
+    for got, want in ((fused.k[0], cache.k[0]), (fused.v[0], cache.v[0])):  # NaN codes may differ in sign (0x7F/0xFF)
+        assert torch.equal(got.cpu().float().isnan(), want.float().isnan())
+        ok = ~want.float().isnan()
+        assert torch.equal(got.cpu()[ok].view(torch.uint8), want[ok].view(torch.uint8))
+
+
+@each_device
+def test_bad_arguments_raise_clear_errors(device):
+    qkv, positions, cos, sin, cache, slots = case(3, 4, 2, 64, torch.bfloat16, E4M3, 0, "cpu")
+    cache = to(cache, device)
+    qkv, cos, sin, slots = qkv.to(device), cos.to(device), sin.to(device), slots.to(device)
+    with pytest.raises(ValueError, match="qkv must be"):
+        cache.write_rotary(0, qkv[:, :-64], 4, cos, sin, slots)
+    with pytest.raises(ValueError, match="qkv must be"):
+        cache.write_rotary(0, qkv, 5, cos, sin, slots)
+    with pytest.raises(ValueError, match="num_q_heads must be >= 1"):
+        cache.write_rotary(0, qkv[:, :4 * 64], 0, cos, sin, slots)
+    with pytest.raises(ValueError, match="cos must be"):
+        cache.write_rotary(0, qkv, 4, cos[:, :32], sin, slots)
+    with pytest.raises(TypeError, match="sin must have qkv's dtype"):
+        cache.write_rotary(0, qkv, 4, cos, sin.float(), slots)
+    with pytest.raises(ValueError, match="slot_mapping"):
+        cache.write_rotary(0, qkv, 4, cos, sin, slots[:2])
+    odd = PagedKVCache(1, 2, 48, 4, 16, E4M3, device=device, scales=[{"k_scale": 1.0, "v_scale": 1.0}])
+    with pytest.raises(ValueError, match="multiple of 32"):
+        odd.write_rotary(0, torch.zeros(3, 8 * 48, device=device, dtype=torch.bfloat16), 4,
+                         cos[:, :48].contiguous(), sin[:, :48].contiguous(), slots)
+
+
+def test_engine_decode_with_the_fused_write_is_bit_identical_on_cpu(monkeypatch, seed):
+    """The decode step with the fused write (the default) gives the logits of the unfused path
+    (FP8EXT_FUSED_ROPE=0), and really calls it (head_dim 32: the fused write's smallest)."""
+    from test_serving import TINY, make_cache, prompts, tiny_model
+    model = tiny_model(cfg=dataclasses.replace(TINY, head_dim=32), seed=seed)
+    ps = prompts(3, seed)
+
+    def step():
+        cache = make_cache(model, dtype=E4M3)
+        slots = [cache.append(i, len(p)) for i, p in enumerate(ps)]
+        tokens = model.prefill([torch.tensor(p) for p in ps], slots, cache).argmax(-1)
+        step_slots = torch.cat([cache.append(i, 1) for i in range(3)])
+        return model.decode(tokens, torch.tensor([len(p) for p in ps]), step_slots, cache.plan(range(3)), cache)
+
+    monkeypatch.setenv("FP8EXT_FUSED_ROPE", "0")
+    want = step()
+    monkeypatch.delenv("FP8EXT_FUSED_ROPE")
+    calls = []
+    fused = PagedKVCache.write_rotary
+    monkeypatch.setattr(PagedKVCache, "write_rotary", lambda *a, **k: calls.append(1) or fused(*a, **k))
+    assert torch.equal(step(), want)
+    assert len(calls) == model.cfg.num_layers
+
+
+# ---- GPU (run on the device) -----------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_cuda_graph_capture_and_compile(seed):
+    qkv, positions, cos, sin, cache, slots = case(64, 32, 8, 128, torch.bfloat16, E4M3, seed, "cpu")
+    want_q = expected(qkv, positions, 32, cache, slots)
+    fused = to(cache, "cuda")
+    args = (qkv.cuda(), 32, cos.cuda(), sin.cuda(), slots.cuda())
+    graph, q = capture(lambda: fused.write_rotary(0, *args))
+    q.fill_(float("nan"))  # poison: the replay must write everything
+    fused.k[0].view(torch.uint8).fill_(0)
+    fused.v[0].view(torch.uint8).fill_(0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert same_bits(q, want_q) and same_bits(fused.k[0], cache.k[0]) and same_bits(fused.v[0], cache.v[0])
+    compiled = torch.compile(lambda: fused.write_rotary(0, *args), fullgraph=True)
+    assert same_bits(compiled(), want_q)
