@@ -8,13 +8,13 @@ import torch
 import torch.nn.functional as F
 
 from fp8ext.cuda_graphs import capture
-from fp8ext.quantize import quantize, rms_norm_quantize, silu_mul_quantize
+from fp8ext.quantize import add_rms_norm_quantize, quantize, rms_norm_quantize, silu_mul_quantize
 from fp8ext.recipes import BlockWise, CurrentScaling, PerTensorStatic, RowWise
-from quant_cases import FP8, random_input
+from quant_cases import FP8, random_input, same_bits
 
 SHAPES = [(1, 1), (1, 4100), (3, 127), (5, 129), (33, 1000), (16, 4096), (3, 12288)]  # 12288: past the cached chunks
-# [gate | up] widths: I = 1, 127, 129, 4100, 14336 (Llama-3.1-8B)
-SWIGLU_SHAPES = [(1, 2), (3, 254), (5, 258), (16, 8200), (2, 28672)]
+# [gate | up] widths: I = 1, 127, 129, 4100, 14336 (Llama-3.1-8B), 20000
+SWIGLU_SHAPES = [(1, 2), (3, 254), (5, 258), (16, 8200), (2, 28672), (1, 40000)]  # 40000: past the cached chunks
 each_dtype = pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 each_fp8 = pytest.mark.parametrize("fp8", FP8, ids=str)
 each_device = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -69,6 +69,21 @@ def test_rms_norm_quantize_is_the_unfused_path(dtype, fp8, shape, device, seed):
 
 @each_dtype
 @each_fp8
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@each_device
+def test_add_rms_norm_quantize_is_the_add_then_the_unfused_path(dtype, fp8, shape, device, seed):
+    x, weight = inputs(shape, dtype, seed, non_finite=shape[0] > 2, zero_row=True)
+    residual = random_input(shape, dtype, seed + 2)
+    recipe = RowWise(activation_format=fp8, weight_format=fp8)
+    want_h = x + residual
+    want_q, want_s = unfused(want_h, weight, 1e-5, recipe, pad_k_to=16)
+    q, s, h = add_rms_norm_quantize(x.to(device), residual.to(device), weight.to(device), 1e-5, recipe, pad_k_to=16)
+    assert h.dtype == dtype and same_bits(h.cpu(), want_h)  # the add rounds the same way on both devices
+    expect_unfused_result(q, s, want_q, want_s, fp8, shape[1], exact=device == "cpu")
+
+
+@each_dtype
+@each_fp8
 @pytest.mark.parametrize("shape", SWIGLU_SHAPES, ids=str)
 @each_device
 def test_silu_mul_quantize_is_the_unfused_path(dtype, fp8, shape, device, seed):
@@ -100,6 +115,14 @@ def test_leading_dims_and_bad_arguments():
         rms_norm_quantize(x, [1.0] * 64, 1e-6, RowWise())
     with pytest.raises(TypeError, match="recipe"):
         rms_norm_quantize(x, weight, 1e-6, "rowwise")
+    q, s, h = add_rms_norm_quantize(x, x, weight, 1e-6, RowWise())
+    assert q.shape == (2, 3, 64) and s.shape == (6,) and torch.equal(h, x + x)
+    with pytest.raises(ValueError, match="residual must have x's shape"):
+        add_rms_norm_quantize(x, x[:1], weight, 1e-6, RowWise())
+    with pytest.raises(TypeError, match="residual must have x's dtype"):
+        add_rms_norm_quantize(x, x.float(), weight, 1e-6, RowWise())
+    with pytest.raises(ValueError, match="per-token current scaling"):
+        add_rms_norm_quantize(x, x, weight, 1e-6, CurrentScaling())
     q, s = silu_mul_quantize(x, RowWise())
     assert q.shape == (2, 3, 32) and s.shape == (6,)
     with pytest.raises(ValueError, match=r"x must be \[M, 2 \* I\]"):
@@ -147,48 +170,52 @@ def test_engine_with_fused_quantization_is_bit_identical_on_cpu(monkeypatch, see
     monkeypatch.setenv("FP8EXT_FUSED_QUANT", "0")
     want = logits()
     monkeypatch.delenv("FP8EXT_FUSED_QUANT")
-    calls = []  # the fused ops must really run: two norms and one SwiGLU per layer
-    for name in ("rms_norm_quantize", "silu_mul_quantize"):
+    calls = []  # the fused ops must really run: two norms (all but the first with the residual add) and one SwiGLU a layer
+    for name in ("rms_norm_quantize", "add_rms_norm_quantize", "silu_mul_quantize"):
         fused = getattr(layers, name)
         monkeypatch.setattr(layers, name, lambda *a, _f=fused, _n=name, **k: calls.append(_n) or _f(*a, **k))
     assert torch.equal(logits(), want)
     n = model.cfg.num_layers
-    assert sorted(calls) == ["rms_norm_quantize"] * (2 * n) + ["silu_mul_quantize"] * n
+    assert sorted(calls) == ["add_rms_norm_quantize"] * (2 * n - 1) + ["rms_norm_quantize"] + ["silu_mul_quantize"] * n
 
 
 def _fused_call(op, x, weight):
     recipe = RowWise()  # built outside the traced function, as a module attribute would be
     if op == "rms_norm":
         return lambda: rms_norm_quantize(x, weight, 1e-5, recipe, pad_k_to=16)
+    if op == "add_rms_norm":
+        return lambda: add_rms_norm_quantize(x, x.flip(0), weight, 1e-5, recipe, pad_k_to=16)
     return lambda: silu_mul_quantize(x, recipe, pad_k_to=16)
 
 
-@pytest.mark.parametrize("op", ["rms_norm", "swiglu"])
+@pytest.mark.parametrize("op", ["rms_norm", "add_rms_norm", "swiglu"])
 def test_compile_traces_the_fused_apis(op, seed):
     """torch.compile(fullgraph=True) traces the Python APIs (the GPU test compiles them with Inductor)."""
     x, weight = inputs((4, 256), torch.bfloat16, seed)
     fn = _fused_call(op, x, weight)
-    want_q, want_s = fn()
-    q, s = torch.compile(fn, fullgraph=True, backend="aot_eager")()
-    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(s, want_s)
+    want = fn()
+    got = torch.compile(fn, fullgraph=True, backend="aot_eager")()
+    assert len(got) == len(want) and all(same_bits(g, w) for g, w in zip(got, want))
 
 
 # ---- GPU (run on the device) -----------------------------------------------------------------------------------------
 @pytest.mark.gpu
-@pytest.mark.parametrize("op", ["rms_norm", "swiglu"])
+@pytest.mark.parametrize("op", ["rms_norm", "add_rms_norm", "swiglu"])
 def test_cuda_graph_capture_and_compile(op, seed):
     x, weight = inputs((16, 4096), torch.bfloat16, seed, device="cuda")
     fn = _fused_call(op, x, weight)
-    want_q, want_s = fn()
-    graph, (q, s) = capture(fn)
-    q.view(torch.uint8).fill_(0xAB)  # poison: the replay must write everything
-    s.fill_(-1.0)
+    want = fn()
+    graph, out = capture(fn)
+    for t in out:  # poison: the replay must write everything
+        if t.element_size() == 1:
+            t.view(torch.uint8).fill_(0xAB)
+        else:
+            t.fill_(-1.0)
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(s, want_s)
-    compiled = torch.compile(fn, fullgraph=True)
-    cq, cs = compiled()
-    assert torch.equal(cq.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(cs, want_s)
+    assert all(same_bits(o, w) for o, w in zip(out, want))
+    compiled = torch.compile(fn, fullgraph=True)()
+    assert len(compiled) == len(want) and all(same_bits(c, w) for c, w in zip(compiled, want))
 
 
 @pytest.mark.gpu

@@ -17,6 +17,8 @@ def op_cases(device):
         yield getattr(torch.ops.fp8ext, name).default, (x, F8, 0, False, 16)
     yield torch.ops.fp8ext.rms_norm_quantize_per_row.default, (
         x, torch.rand(300, device=device, dtype=torch.bfloat16) + 0.5, 1e-5, F8, 0, False, 16)
+    yield torch.ops.fp8ext.add_rms_norm_quantize_per_row.default, (
+        x, x.flip(0), torch.rand(300, device=device, dtype=torch.bfloat16) + 0.5, 1e-5, F8, 0, False, 16)
     yield torch.ops.fp8ext.silu_mul_quantize_per_row.default, (x, F8, 0, False, 16)
     yield torch.ops.fp8ext.quantize_delayed.default, (
         x, torch.zeros(8, device=device), torch.ones((), device=device), F8, 0, False, True, 16)

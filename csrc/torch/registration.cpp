@@ -43,6 +43,11 @@ TORCH_LIBRARY(fp8ext, m) {
   m.def(
       "rms_norm_quantize_per_row(Tensor x, Tensor weight, float eps, ScalarType dtype, int margin, "
       "bool power_of_two, int pad_k_to) -> (Tensor, Tensor)");
+  // The same for h = x + residual, which is returned too (q, scale, h): a
+  // decoder's residual add fused with the next norm.
+  m.def(
+      "add_rms_norm_quantize_per_row(Tensor x, Tensor residual, Tensor weight, float eps, ScalarType dtype, "
+      "int margin, bool power_of_two, int pad_k_to) -> (Tensor, Tensor, Tensor)");
   // quantize_per_row(silu(gate) * up) for x = [gate | up] [M, 2I]; q is [M, I].
   m.def(
       "silu_mul_quantize_per_row(Tensor x, ScalarType dtype, int margin, bool power_of_two, "

@@ -127,6 +127,26 @@ def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float, recipe:
     return q.reshape(*x.shape[:-1], q.shape[-1]), s
 
 
+def add_rms_norm_quantize(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                          recipe: Recipe, pad_k_to: int | None = None):
+    """``h = x + residual``, then :func:`rms_norm_quantize` of ``h``: a decoder
+    layer's residual add fused with the norm after it, one launch on the GPU
+    (bit-identical to the unfused path on the CPU). ``residual`` has x's shape
+    and dtype. Returns ``(q, scale, h)``; ``h`` is the next residual."""
+    _check_per_token(recipe, "add_rms_norm_quantize")
+    _native.check_input(x, "x")
+    if not isinstance(residual, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        raise TypeError(f"residual and weight must be torch.Tensors, got {type(residual).__name__} and "
+                        f"{type(weight).__name__}")
+    if residual.shape != x.shape:
+        raise ValueError(f"residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
+    pad = _check_pad(pad_k_to)
+    q, s, h = torch.ops.fp8ext.add_rms_norm_quantize_per_row(
+        _rows(x), _rows(residual), weight.contiguous(), float(eps), recipe.activation_format.torch_dtype,
+        recipe.margin, recipe.power_of_two_scales, pad)
+    return q.reshape(*x.shape[:-1], q.shape[-1]), s, h.reshape(x.shape)
+
+
 def silu_mul_quantize(x: torch.Tensor, recipe: Recipe, pad_k_to: int | None = None):
     """``quantize(silu(gate) * up, recipe)`` for ``x = [gate | up]`` (``[..., 2I]``,
     a SwiGLU gate_up projection's output) and per-token current scaling

@@ -45,6 +45,13 @@ cudaError_t quantize_per_row(const ConstMatrix& x, const ScaleRule& rule, const 
 cudaError_t rms_norm_quantize_per_row(const ConstMatrix& x, const void* weight, float eps, const ScaleRule& rule,
                                       const Fp8Matrix& q, float* row_scales, cudaStream_t stream);
 
+// rms_norm_quantize_per_row of h = T(x + residual), also written to sum_out:
+// a decoder's residual add fused with the next norm. residual and sum_out are
+// [rows, cols] contiguous, of x's dtype (x contiguous too).
+cudaError_t add_rms_norm_quantize_per_row(const ConstMatrix& x, const void* residual, void* sum_out,
+                                          const void* weight, float eps, const ScaleRule& rule, const Fp8Matrix& q,
+                                          float* row_scales, cudaStream_t stream);
+
 // quantize_per_row of y = T(T(silu(gate)) * up) with x = [gate | up] ([rows,
 // 2 * I], as a SwiGLU gate_up projection writes it); q has I columns (padded).
 cudaError_t silu_mul_quantize_per_row(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,

@@ -95,18 +95,22 @@ QuantOut quantize_scaled_cuda(const at::Tensor& x, at::ScalarType dtype, int64_t
   return {q, s};
 }
 
+void check_norm_weight(const at::Tensor& weight, const at::Tensor& x, int64_t cols, double eps) {
+  TORCH_CHECK_VALUE(weight.device() == x.device(), "weight must be on x's device (", x.device(), "), got ",
+                    weight.device());
+  TORCH_CHECK_TYPE(weight.scalar_type() == x.scalar_type(), "weight must have x's dtype (", x.scalar_type(),
+                   "), got ", weight.scalar_type());
+  TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == cols && weight.is_contiguous(),
+                    "weight must be a contiguous [", cols, "] tensor, got shape ", weight.sizes());
+  TORCH_CHECK_VALUE(eps >= 0.0, "eps must be >= 0, got ", eps);
+}
+
 QuantOut rms_norm_quantize_per_row_cuda(const at::Tensor& x, const at::Tensor& weight, double eps,
                                         at::ScalarType dtype, int64_t margin, bool power_of_two, int64_t pad_k_to) {
   check_device(x);
   c10::cuda::CUDAGuard guard(x.device());
   const ConstMatrix in = input_matrix(x, "x");
-  TORCH_CHECK_VALUE(weight.device() == x.device(), "weight must be on x's device (", x.device(), "), got ",
-                    weight.device());
-  TORCH_CHECK_TYPE(weight.scalar_type() == x.scalar_type(), "weight must have x's dtype (", x.scalar_type(),
-                   "), got ", weight.scalar_type());
-  TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == in.cols && weight.is_contiguous(),
-                    "weight must be a contiguous [", in.cols, "] tensor, got shape ", weight.sizes());
-  TORCH_CHECK_VALUE(eps >= 0.0, "eps must be >= 0, got ", eps);
+  check_norm_weight(weight, x, in.cols, eps);
   const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
   at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
   at::Tensor s = new_row_scales(x);
@@ -115,6 +119,31 @@ QuantOut rms_norm_quantize_per_row_cuda(const at::Tensor& x, const at::Tensor& w
                                              stream_of(x)),
              "rms_norm_quantize_per_row");
   return {q, s};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_quantize_per_row_cuda(
+    const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps, at::ScalarType dtype,
+    int64_t margin, bool power_of_two, int64_t pad_k_to) {
+  check_device(x);
+  c10::cuda::CUDAGuard guard(x.device());
+  const ConstMatrix in = input_matrix(x, "x");
+  TORCH_CHECK_VALUE(residual.sizes() == x.sizes() && residual.device() == x.device(),
+                    "residual must match x (", x.sizes(), " on ", x.device(), "), got ", residual.sizes(), " on ",
+                    residual.device());
+  TORCH_CHECK_TYPE(residual.scalar_type() == x.scalar_type(), "residual must have x's dtype (", x.scalar_type(),
+                   "), got ", residual.scalar_type());
+  check_norm_weight(weight, x, in.cols, eps);
+  const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
+  const at::Tensor res = residual.contiguous();
+  at::Tensor sum = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
+  at::Tensor s = new_row_scales(x);
+  check_cuda(cuda::add_rms_norm_quantize_per_row(in, res.data_ptr(), sum.data_ptr(), weight.data_ptr(),
+                                                 static_cast<float>(eps), rule,
+                                                 output_matrix(q, rule.format, in.cols), s.data_ptr<float>(),
+                                                 stream_of(x)),
+             "add_rms_norm_quantize_per_row");
+  return {q, s, sum};
 }
 
 QuantOut silu_mul_quantize_per_row_cuda(const at::Tensor& x, at::ScalarType dtype, int64_t margin,
@@ -150,6 +179,7 @@ TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) {
   m.impl("quantize_per_group", &quantize_scaled_cuda<new_group_scales, cuda::quantize_per_group>);
   m.impl("quantize_per_block", &quantize_scaled_cuda<new_block_scales, cuda::quantize_per_block>);
   m.impl("rms_norm_quantize_per_row", &rms_norm_quantize_per_row_cuda);
+  m.impl("add_rms_norm_quantize_per_row", &add_rms_norm_quantize_per_row_cuda);
   m.impl("silu_mul_quantize_per_row", &silu_mul_quantize_per_row_cuda);
 }
 

@@ -16,6 +16,7 @@ _OPS = {name: (getattr(reference, name), "quantization")
         for name in ("cast_to_fp8", "quantize_with_scale", "quantize_per_tensor", "quantize_delayed",
                      "quantize_per_row", "quantize_per_group", "quantize_per_block")}
 _OPS["rms_norm_quantize_per_row"] = (fused.rms_norm_quantize_per_row, "quantization")
+_OPS["add_rms_norm_quantize_per_row"] = (fused.add_rms_norm_quantize_per_row, "quantization")
 _OPS["silu_mul_quantize_per_row"] = (fused.silu_mul_quantize_per_row, "quantization")
 _OPS["scaled_mm"] = (gemm_reference.scaled_mm, "scaled_mm")
 _OPS["scaled_mm_blockwise"] = (gemm_reference.scaled_mm_blockwise, "scaled_mm")

@@ -50,6 +50,11 @@ def _rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_
     return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],))
 
 
+@torch.library.register_fake("fp8ext::add_rms_norm_quantize_per_row")
+def _add_rms_norm_quantize_per_row(x, residual, weight, eps, dtype, margin, power_of_two, pad_k_to):
+    return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],)), x.new_empty(x.shape)
+
+
 @torch.library.register_fake("fp8ext::silu_mul_quantize_per_row")
 def _silu_mul_quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
     if x.shape[1] % 2:

@@ -24,6 +24,19 @@ def rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_k
     return torch.ops.fp8ext.quantize_per_row(y, dtype, margin, power_of_two, pad_k_to)
 
 
+def add_rms_norm_quantize_per_row(x, residual, weight, eps, dtype, margin, power_of_two, pad_k_to):
+    """h = x + residual (rounded to x's dtype), then rms_norm_quantize_per_row(h);
+    returns (q, scale, h)."""
+    if not isinstance(residual, torch.Tensor) or residual.shape != x.shape or residual.device != x.device:
+        raise ValueError(f"residual must match x ({tuple(x.shape)} on {x.device}), got "
+                         f"{tuple(residual.shape) if isinstance(residual, torch.Tensor) else type(residual).__name__}")
+    if residual.dtype != x.dtype:
+        raise TypeError(f"residual must have x's dtype ({x.dtype}), got {residual.dtype}")
+    h = x + residual
+    q, s = rms_norm_quantize_per_row(h, weight, eps, dtype, margin, power_of_two, pad_k_to)
+    return q, s, h
+
+
 def silu_mul_quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
     """quantize_per_row(silu(gate) * up) for x = [gate | up] ([M, 2I], a SwiGLU
     gate_up output), each op rounded to x's dtype as PyTorch does."""
@@ -67,5 +80,6 @@ def kv_cache_write_rotary(qkv, cos, sin, k_cache, v_cache, slot_mapping, k_scale
 
 
 torch.library.impl("fp8ext::rms_norm_quantize_per_row", "CPU")(rms_norm_quantize_per_row)
+torch.library.impl("fp8ext::add_rms_norm_quantize_per_row", "CPU")(add_rms_norm_quantize_per_row)
 torch.library.impl("fp8ext::silu_mul_quantize_per_row", "CPU")(silu_mul_quantize_per_row)
 torch.library.impl("fp8ext::kv_cache_write_rotary", "CPU")(kv_cache_write_rotary)

@@ -10,7 +10,7 @@ from torch import nn
 
 from fp8ext.nn.linear import K_ALIGN, FP8Linear
 from fp8ext.ops.fused import rotate_half
-from fp8ext.quantize import rms_norm_quantize, silu_mul_quantize
+from fp8ext.quantize import add_rms_norm_quantize, rms_norm_quantize, silu_mul_quantize
 from fp8ext.ops.reference import GROUP  # the block-wise recipe's weight block
 from fp8ext.recipes import Recipe
 
@@ -85,6 +85,22 @@ def norm_for(norm: RMSNorm, h: torch.Tensor, linear: nn.Module):
         q, s = rms_norm_quantize(h.reshape(-1, h.shape[-1]), norm.weight, norm.eps, linear.recipe, pad_k_to=K_ALIGN)
         return QuantizedActivation(q, s, h.dtype)
     return norm(h)
+
+
+def add_norm_for(norm: RMSNorm, h: torch.Tensor, delta: torch.Tensor | None, linear: nn.Module):
+    """The residual step before a norm: ``h = h + delta`` (none when delta is None),
+    then ``norm_for(norm, h, linear)``; returns (that, h). Where
+    `takes_fused_quantize(linear)`, the add, the norm and the quantization are
+    one kernel."""
+    if delta is None:
+        return norm_for(norm, h, linear), h
+    if takes_fused_quantize(linear):
+        k = h.shape[-1]
+        q, s, h_new = add_rms_norm_quantize(delta.reshape(-1, k), h.reshape(-1, k), norm.weight, norm.eps,
+                                            linear.recipe, pad_k_to=K_ALIGN)
+        return QuantizedActivation(q, s, h.dtype), h_new.reshape(h.shape)
+    h = h + delta
+    return norm_for(norm, h, linear), h
 
 
 def apply_linear(linear: nn.Module, x) -> torch.Tensor:

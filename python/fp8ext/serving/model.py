@@ -12,7 +12,7 @@ from torch import nn
 from fp8ext.kv_cache import DecodePlan, PagedKVCache
 from fp8ext.recipes import Recipe
 from fp8ext.serving.config import LlamaConfig
-from fp8ext.serving.layers import (RMSNorm, Rotary, apply_linear, fuse_linears, fused_rotary_write, norm_for,
+from fp8ext.serving.layers import (RMSNorm, Rotary, add_norm_for, apply_linear, fuse_linears, fused_rotary_write,
                                    swiglu_into)
 
 
@@ -173,10 +173,15 @@ class LlamaModel(nn.Module):
         return self.lm_head(self.norm(h))
 
     def _layers(self, h, run_attention):
+        # Each residual add is done by the norm after it (add_norm_for: one kernel with the norm
+        # and the quantization where the next projection quantizes per token).
+        delta = None
         for layer in self.layers:
-            h = h + run_attention(layer.attn, norm_for(layer.attn_norm, h, layer.attn.qkv))
-            h = h + layer.mlp(norm_for(layer.mlp_norm, h, layer.mlp.gate_up))
-        return h
+            x, h = add_norm_for(layer.attn_norm, h, delta, layer.attn.qkv)
+            delta = run_attention(layer.attn, x)
+            x, h = add_norm_for(layer.mlp_norm, h, delta, layer.mlp.gate_up)
+            delta = layer.mlp(x)
+        return h if delta is None else h + delta
 
     @torch.no_grad()
     def prefill(self, prompts, slots, cache: PagedKVCache) -> torch.Tensor:
