@@ -219,46 +219,63 @@ int64_t expect_within_one_step(const std::vector<uint8_t>& q, const std::vector<
 // reference (1/rms in double, then the CPU per-row quantizer). The kernel sums
 // the squares in its own order, so 1/rms may differ in the last bits and a code
 // by one FP8 step; NaN rows (the first: random_matrix plants NaN and Inf there),
-// the K padding and the scales' magnitudes must agree.
+// the K padding and the scales' magnitudes must agree. The residual variant
+// normalizes h = x + residual and writes h, which must be exact.
 FP8EXT_TEST(cuda_rms_norm_quantize_matches_host_reference) {
   require_gpu();
   const uint32_t seed = std::random_device{}();
   std::printf("seed %u\n", seed);
-  for (const Shape& sh : {Shape{1, 1, 1}, Shape{3, 127, 16}, Shape{5, 129, 16}, Shape{33, 4096, 16},
-                          Shape{2, 12288, 16}}) {
-    const std::vector<float> x = random_matrix(sh.rows, sh.cols, seed + static_cast<uint32_t>(sh.cols));
-    std::vector<float> w(sh.cols);
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> ud(0.25f, 2.25f);
-    for (auto& e : w) e = ud(rng);
-    const float eps = 1e-5f;
-    std::vector<float> y(x.size());
-    for (int64_t r = 0; r < sh.rows; ++r) {
-      double ss = 0;
-      for (int64_t c = 0; c < sh.cols; ++c) ss += double(x[r * sh.cols + c]) * x[r * sh.cols + c];
-      const float inv = static_cast<float>(1.0 / std::sqrt(ss / double(sh.cols) + eps));
-      for (int64_t c = 0; c < sh.cols; ++c) y[r * sh.cols + c] = w[c] * (x[r * sh.cols + c] * inv);
-    }
-    const int64_t padded = round_up(sh.cols, sh.pad);
-    const ScaleRule rule{Fp8Format::kE4M3, 0, false};
-    std::vector<uint8_t> q_ref(sh.rows * padded);
-    std::vector<float> s_ref(sh.rows);
-    cpu::quantize_per_row({y.data(), DType::kFloat32, sh.rows, sh.cols, sh.cols}, rule,
-                          {q_ref.data(), Fp8Format::kE4M3, sh.rows, sh.cols, padded}, s_ref.data());
+  for (const bool add : {false, true}) {
+    for (const Shape& sh : {Shape{1, 1, 1}, Shape{3, 127, 16}, Shape{5, 129, 16}, Shape{33, 4096, 16},
+                            Shape{2, 12288, 16}}) {
+      const std::vector<float> x = random_matrix(sh.rows, sh.cols, seed + static_cast<uint32_t>(sh.cols));
+      std::vector<float> residual(x.size()), h = x;
+      std::mt19937 rng(seed);
+      std::normal_distribution<float> nd(0.0f, 3.0f);
+      for (size_t i = 0; i < h.size() && add; ++i) h[i] = x[i] + (residual[i] = nd(rng));
+      std::vector<float> w(sh.cols);
+      std::uniform_real_distribution<float> ud(0.25f, 2.25f);
+      for (auto& e : w) e = ud(rng);
+      const float eps = 1e-5f;
+      std::vector<float> y(x.size());
+      for (int64_t r = 0; r < sh.rows; ++r) {
+        double ss = 0;
+        for (int64_t c = 0; c < sh.cols; ++c) ss += double(h[r * sh.cols + c]) * h[r * sh.cols + c];
+        const float inv = static_cast<float>(1.0 / std::sqrt(ss / double(sh.cols) + eps));
+        for (int64_t c = 0; c < sh.cols; ++c) y[r * sh.cols + c] = w[c] * (h[r * sh.cols + c] * inv);
+      }
+      const int64_t padded = round_up(sh.cols, sh.pad);
+      const ScaleRule rule{Fp8Format::kE4M3, 0, false};
+      std::vector<uint8_t> q_ref(sh.rows * padded);
+      std::vector<float> s_ref(sh.rows);
+      cpu::quantize_per_row({y.data(), DType::kFloat32, sh.rows, sh.cols, sh.cols}, rule,
+                            {q_ref.data(), Fp8Format::kE4M3, sh.rows, sh.cols, padded}, s_ref.data());
 
-    DeviceBuffer<float> dx(x.size()), dw(w.size()), ds(sh.rows);
-    DeviceBuffer<uint8_t> dq(q_ref.size());
-    dx.upload(x);
-    dw.upload(w);
-    CUDA_OK(cudaMemset(dq.ptr, 0xAB, dq.n));  // poison: every byte must be written
-    CUDA_OK(cuda::rms_norm_quantize_per_row({dx.ptr, DType::kFloat32, sh.rows, sh.cols, sh.cols}, dw.ptr, eps, rule,
-                                            {dq.ptr, Fp8Format::kE4M3, sh.rows, sh.cols, padded}, ds.ptr, nullptr));
-    CUDA_OK(cudaDeviceSynchronize());
-    const std::vector<uint8_t> q = dq.download();
-    const std::vector<float> s = ds.download();
-    const std::string ctx = "shape " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols);
-    const int64_t moved = expect_within_one_step(q, s, q_ref, s_ref, sh.rows, sh.cols, padded, ctx);
-    EXPECT_EQ_CTX(bool(moved <= sh.rows * padded / 50), true, ctx + " codes moved: " + std::to_string(moved));
+      DeviceBuffer<float> dx(x.size()), dres(x.size()), dsum(x.size()), dw(w.size()), ds(sh.rows);
+      DeviceBuffer<uint8_t> dq(q_ref.size());
+      dx.upload(x);
+      dres.upload(residual);
+      dw.upload(w);
+      CUDA_OK(cudaMemset(dq.ptr, 0xAB, dq.n));  // poison: every byte must be written
+      const ConstMatrix in{dx.ptr, DType::kFloat32, sh.rows, sh.cols, sh.cols};
+      const Fp8Matrix out{dq.ptr, Fp8Format::kE4M3, sh.rows, sh.cols, padded};
+      if (add) {
+        CUDA_OK(cuda::add_rms_norm_quantize_per_row(in, dres.ptr, dsum.ptr, dw.ptr, eps, rule, out, ds.ptr, nullptr));
+      } else {
+        CUDA_OK(cuda::rms_norm_quantize_per_row(in, dw.ptr, eps, rule, out, ds.ptr, nullptr));
+      }
+      CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<uint8_t> q = dq.download();
+      const std::vector<float> s = ds.download();
+      const std::string ctx = std::string(add ? "add, " : "") + "shape " + std::to_string(sh.rows) + "x" +
+                              std::to_string(sh.cols);
+      const int64_t moved = expect_within_one_step(q, s, q_ref, s_ref, sh.rows, sh.cols, padded, ctx);
+      EXPECT_EQ_CTX(bool(moved <= sh.rows * padded / 50), true, ctx + " codes moved: " + std::to_string(moved));
+      if (!add) continue;
+      const std::vector<float> sum = dsum.download();
+      for (size_t i = 0; i < h.size(); ++i)
+        EXPECT_EQ_CTX(bool(sum[i] == h[i] || (std::isnan(sum[i]) && std::isnan(h[i]))), true, ctx + " sum");
+    }
   }
 }
 
