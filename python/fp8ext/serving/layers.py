@@ -94,7 +94,7 @@ def add_norm_for(norm: RMSNorm, h: torch.Tensor, delta: torch.Tensor | None, lin
     one kernel."""
     if delta is None:
         return norm_for(norm, h, linear), h
-    if takes_fused_quantize(linear):
+    if takes_fused_quantize(linear) and os.environ.get("FP8EXT_FUSED_ADD", "1") != "0":
         k = h.shape[-1]
         q, s, h_new = add_rms_norm_quantize(delta.reshape(-1, k), h.reshape(-1, k), norm.weight, norm.eps,
                                             linear.recipe, pad_k_to=K_ALIGN)
