@@ -56,16 +56,27 @@ struct Input {
   bool vec;
 
   // Columns past `cols` read as zeros. Streaming loads (evict-first): each
-  // byte is read once per pass.
+  // byte is read once per pass. kCompact takes the element-wise path (unaligned
+  // rows, a row's last chunk) out of line: see quantize_chunk.
+  template <bool kCompact = false>
   __device__ __forceinline__ void load_raw(int64_t r, int64_t c0, Raw& raw) const {
     const T* p = data + r * row_stride + c0;
     if (vec && c0 + kChunk <= cols) {
 #pragma unroll
       for (int i = 0; i < kWords; ++i) raw.words[i] = __ldcs(reinterpret_cast<const uint4*>(p) + i);
+    } else if (kCompact) {
+      raw = load_elementwise(p, cols - c0);
     } else {
 #pragma unroll
       for (int i = 0; i < kChunk; ++i) raw.elems[i] = c0 + i < cols ? p[i] : T(0.0f);
     }
+  }
+
+  __device__ __noinline__ static Raw load_elementwise(const T* p, int64_t valid) {
+    Raw raw;
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) raw.elems[i] = i < valid ? p[i] : T(0.0f);
+    return raw;
   }
 
   __device__ __forceinline__ static void unpack(const Raw& raw, float (&v)[kChunk]) {
@@ -73,9 +84,10 @@ struct Input {
     for (int i = 0; i < kChunk; ++i) v[i] = to_float(raw.elems[i]);
   }
 
+  template <bool kCompact = false>
   __device__ __forceinline__ void load(int64_t r, int64_t c0, float (&v)[kChunk]) const {
     Raw raw;
-    load_raw(r, c0, raw);
+    load_raw<kCompact>(r, c0, raw);
     unpack(raw, v);
   }
 };
@@ -93,8 +105,13 @@ struct Output {
   int64_t rows, cols, padded_cols;
   bool vec;  // rows start 16-byte aligned
 
+  template <bool kCompact = false>
   __device__ __forceinline__ void store(int64_t r, int64_t c0, Codes q) const {
     uint8_t* p = data + r * padded_cols + c0;
+    if (kCompact && (c0 + kChunk > cols || !vec || c0 + kChunk > padded_cols)) {
+      store_elementwise(p, q, cols - c0, padded_cols - c0);  // rare: out of line (see quantize_chunk)
+      return;
+    }
     if (c0 + kChunk > cols) {  // the last chunk of a row that ends mid-chunk
 #pragma unroll
       for (int i = 0; i < kChunk; ++i)
@@ -107,6 +124,13 @@ struct Output {
       for (int i = 0; i < kChunk; ++i)
         if (c0 + i < padded_cols) p[i] = q.bytes[i];
     }
+  }
+
+  // Element-wise: bytes past `valid` are written as zeros, none past `room`.
+  __device__ __noinline__ static void store_elementwise(uint8_t* p, Codes q, int64_t valid, int64_t room) {
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i)
+      if (i < room) p[i] = i < valid ? q.bytes[i] : uint8_t{0};
   }
 };
 
@@ -158,11 +182,27 @@ __device__ __forceinline__ float scale_from_amax_fast(float amax, const ScaleRul
   return rule.power_of_two ? round_up_to_power_of_two(s) : s;
 }
 
+// The rare path of quantize_chunk for 8 values, out of line: IEEE divisions and
+// the NaN-keeping encode are ~250 instructions that every inlined copy would
+// carry otherwise (the instruction cache's cost in small kernels, below).
+template <Fp8Format F>
+__device__ __noinline__ void quantize_part_exact(const float* v, float s, uint32_t* words) {
+  float d[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) d[i] = __fdiv_rn(v[i], s);
+  words[0] = encode4_saturate<F, true>(d);
+  words[1] = encode4_saturate<F, true>(d + 4);
+}
+
 // q = saturating_cast(v / scale) for a chunk, bit-exact with the CPU reference's
 // IEEE division. The fast path (see fast_quotient) costs ~4 instructions per
 // element; a chunk holding a zero, a non-finite value or an overflow (rare, so
-// the branch is nearly free) is redone with IEEE divisions.
-template <Fp8Format F>
+// the branch is nearly free) is redone with IEEE divisions. kCompact calls the
+// rare path out of line: for the one-block-per-row kernels of a decode step,
+// which run cold (their code evicted by the GEMMs between calls), code size
+// is time: 110 KB of SASS made the residual RMSNorm kernel take 10.8 us in
+// the engine against 4.9 us warm (H200, 2026-12-01; ncu: instruction-fetch stalls).
+template <Fp8Format F, bool kCompact = false>
 __device__ __forceinline__ Codes quantize_chunk(const float (&v)[kChunk], Scale scale) {
   constexpr int kPart = 8;  // checked in parts: fewer live registers than the whole chunk
   Codes q;
@@ -177,7 +217,13 @@ __device__ __forceinline__ Codes quantize_chunk(const float (&v)[kChunk], Scale 
         exact |= !(fabsf(d[i]) > 0.0f);  // zero or NaN
       }
     }
-    if (exact) {
+    if (exact && kCompact) {
+      static_assert(kPart == 8, "quantize_part_exact takes 8 values");
+      float part[kPart];
+#pragma unroll
+      for (int i = 0; i < kPart; ++i) part[i] = v[p + i];
+      quantize_part_exact<F>(part, scale.s, &q.words[p / 4]);
+    } else if (exact) {
 #pragma unroll
       for (int i = 0; i < kPart; ++i) d[i] = __fdiv_rn(v[p + i], scale.s);
 #pragma unroll
@@ -215,14 +261,14 @@ __device__ __forceinline__ float chunk_amax(const float (&v)[kChunk]) {
 // Loads this thread's first N chunk columns of row r (threadIdx.x + k *
 // blockDim.x) raw into registers, all loads issued together; chunks past the
 // row hold zeros (the K padding).
-template <int N, typename T>
+template <bool kCompact = false, int N, typename T>
 __device__ __forceinline__ void load_row_chunks(const Input<T>& in, int64_t r, int64_t chunks,
                                                 typename Input<T>::Raw (&raw)[N]) {
 #pragma unroll
   for (int k = 0; k < N; ++k) {
     const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
     if (c < chunks) {
-      in.load_raw(r, c * kChunk, raw[k]);
+      in.template load_raw<kCompact>(r, c * kChunk, raw[k]);
     } else {
 #pragma unroll
       for (int i = 0; i < Input<T>::kWords; ++i) raw[k].words[i] = make_uint4(0, 0, 0, 0);

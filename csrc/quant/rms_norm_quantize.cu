@@ -5,9 +5,10 @@
 //                                             normalized in fp32, rounded to
 //                                             x's type, then times the weight)
 //   q = per-row quantization of y, as quantize_per_row.
-// The row stays in registers (up to kCached chunks per thread) across the
-// three steps: sum of squares, amax of y, quantization; longer rows re-read
-// their tail, mostly from L2. The residual variant first adds the sublayer's
+// Each thread keeps its own chunk of the row in registers (rows up to
+// kThreads chunks, K = 8192, are read once), and its y once computed: one copy
+// of each step's code, since code size is time here (see quantize_chunk);
+// longer rows re-read their tail, mostly from L2. The residual variant first adds the sublayer's
 // output to the residual stream (h = T(x + residual), written out: the next
 // residual) and normalizes h, so a decoder's residual add is no launch of its own.
 #include <algorithm>
@@ -21,7 +22,7 @@ namespace {
 
 using namespace detail;
 
-constexpr int kCached = 2;
+constexpr int kThreads = 512;
 
 // y of one chunk at column c0 from its input values; columns past `cols` are 0
 // (the K padding), also when the row's norm is NaN.
@@ -29,7 +30,7 @@ template <typename T>
 __device__ __forceinline__ void normalize_chunk(const float (&x)[kChunk], const Input<T>& weight, int64_t c0,
                                                 float inv_rms, float (&y)[kChunk]) {
   float w[kChunk];
-  weight.load(0, c0, w);
+  weight.template load<true>(0, c0, w);
 #pragma unroll
   for (int i = 0; i < kChunk; ++i) {
     const float normed = to_float(from_float<T>(x[i] * inv_rms));
@@ -47,8 +48,8 @@ struct ResidualAdd {
   // Loads chunk c0 of row r of x (`in`) and adds the residual's.
   __device__ __forceinline__ void load_sum(const Input<T>& in, int64_t r, int64_t c0, float (&v)[kChunk]) const {
     float res[kChunk];
-    in.load(r, c0, v);
-    residual.load(r, c0, res);
+    in.template load<true>(r, c0, v);
+    residual.template load<true>(r, c0, res);
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) v[i] = to_float(from_float<T>(v[i] + res[i]));
   }
@@ -71,39 +72,36 @@ struct ResidualAdd {
 };
 
 template <typename T, Fp8Format F, bool kAdd>
-__global__ void __launch_bounds__(256) rms_norm_quantize_kernel(Input<T> in, Input<T> weight, float eps, Output out,
-                                                                ScaleRule rule, float* row_scales,
-                                                                ResidualAdd<T> add) {
+__global__ void __launch_bounds__(kThreads) rms_norm_quantize_kernel(Input<T> in, Input<T> weight, float eps,
+                                                                     Output out, ScaleRule rule, float* row_scales,
+                                                                     ResidualAdd<T> add) {
+  using Raw = typename Input<T>::Raw;
   __shared__ float smem[32];
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
-  const int64_t r = blockIdx.x;
+  const int64_t r = blockIdx.x, own = threadIdx.x;  // `own`: the chunk this thread keeps
   const int64_t read_chunks = ceil_div(in.cols, kChunk);
   const int64_t write_chunks = ceil_div(out.padded_cols, kChunk);
-  typename Input<T>::Raw cache[kCached];
-  load_row_chunks(in, r, read_chunks, cache);
-  if constexpr (kAdd) {  // the cached chunks become h = x + residual, written out once
-    typename Input<T>::Raw res[kCached];
-    load_row_chunks(add.residual, r, read_chunks, res);
+  Raw h[1];  // the own chunk of x, or of x + residual
+  load_row_chunks<true>(in, r, read_chunks, h);
+  if constexpr (kAdd) {  // written out once: the next residual
+    Raw res[1];
+    load_row_chunks<true>(add.residual, r, read_chunks, res);
+    float a[kChunk], b[kChunk];
+    Input<T>::unpack(h[0], a);
+    Input<T>::unpack(res[0], b);
 #pragma unroll
-    for (int k = 0; k < kCached; ++k) {
-      const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
-      float a[kChunk], b[kChunk];
-      Input<T>::unpack(cache[k], a);
-      Input<T>::unpack(res[k], b);
-#pragma unroll
-      for (int i = 0; i < kChunk; ++i) {
-        cache[k].elems[i] = from_float<T>(a[i] + b[i]);
-        a[i] = to_float(cache[k].elems[i]);
-      }
-      if (c < read_chunks) add.store(r, c * kChunk, a);
+    for (int i = 0; i < kChunk; ++i) {
+      h[0].elems[i] = from_float<T>(a[i] + b[i]);
+      a[i] = to_float(h[0].elems[i]);
     }
+    if (own < read_chunks) add.store(r, own * kChunk, a);
   }
-  // Loads chunk c0 of the row being normalized (x, or x + residual) past the cached ones.
+  // Loads chunk c0 of the row being normalized (x, or x + residual) past the own chunks.
   auto load_tail = [&](int64_t c0, float (&v)[kChunk]) {
     if constexpr (kAdd) {
       add.load_sum(in, r, c0, v);
     } else {
-      in.load(r, c0, v);
+      in.template load<true>(r, c0, v);
     }
   };
   auto squares = [](const float (&v)[kChunk]) {
@@ -112,14 +110,13 @@ __global__ void __launch_bounds__(256) rms_norm_quantize_kernel(Input<T> in, Inp
     for (int i = 0; i < kChunk; ++i) s = fmaf(v[i], v[i], s);
     return s;
   };
-  float ss = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kCached; ++k) {
+  float ss;
+  {
     float v[kChunk];
-    Input<T>::unpack(cache[k], v);
-    ss += squares(v);
+    Input<T>::unpack(h[0], v);
+    ss = squares(v);
   }
-  for (int64_t c = threadIdx.x + int64_t{kCached} * blockDim.x; c < read_chunks; c += blockDim.x) {
+  for (int64_t c = own + blockDim.x; c < read_chunks; c += blockDim.x) {
     float v[kChunk];
     load_tail(c * kChunk, v);
     if constexpr (kAdd) add.store(r, c * kChunk, v);
@@ -127,19 +124,22 @@ __global__ void __launch_bounds__(256) rms_norm_quantize_kernel(Input<T> in, Inp
   }
   const float inv_rms = 1.0f / sqrtf(block_sum(ss, smem) / static_cast<float>(in.cols) + eps);
 
-  // Calls fn(c0, y) for every written chunk of the row, cached ones first.
-  auto for_each_y = [&](auto&& fn) {
+  Raw y_own;  // y of the own chunk, in T (y is rounded to T: exact)
+  if (own < write_chunks) {
+    float v[kChunk], y[kChunk];
+    Input<T>::unpack(h[0], v);
+    normalize_chunk(v, weight, own * kChunk, inv_rms, y);
 #pragma unroll
-    for (int k = 0; k < kCached; ++k) {
-      const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
-      if (c < write_chunks) {
-        float v[kChunk], y[kChunk];
-        Input<T>::unpack(cache[k], v);
-        normalize_chunk(v, weight, c * kChunk, inv_rms, y);
-        fn(c * kChunk, y);
-      }
+    for (int i = 0; i < kChunk; ++i) y_own.elems[i] = from_float<T>(y[i]);
+  }
+  // Calls fn(c0, y) for every written chunk of the row, the own one first.
+  auto for_each_y = [&](auto&& fn) {
+    if (own < write_chunks) {
+      float y[kChunk];
+      Input<T>::unpack(y_own, y);
+      fn(own * kChunk, y);
     }
-    for (int64_t c = threadIdx.x + int64_t{kCached} * blockDim.x; c < write_chunks; c += blockDim.x) {
+    for (int64_t c = own + blockDim.x; c < write_chunks; c += blockDim.x) {
       float v[kChunk], y[kChunk];
       load_tail(c * kChunk, v);
       normalize_chunk(v, weight, c * kChunk, inv_rms, y);
@@ -158,7 +158,7 @@ cudaError_t launch_rms_norm_quantize(const ConstMatrix& x, const void* residual,
                                      cudaStream_t stream) {
   if (x.rows == 0) return cudaSuccess;
   const int64_t chunks = std::max<int64_t>(1, ceil_div(q.padded_cols, kChunk));
-  const int threads = static_cast<int>(std::min<int64_t>(256, round_up(ceil_div(chunks, kCached), 32)));
+  const int threads = static_cast<int>(std::min<int64_t>(kThreads, round_up(chunks, 32)));
   const Output out = make_output(q);
   const ConstMatrix w{weight, x.dtype, 1, x.cols, x.cols};
   const ConstMatrix res{residual, x.dtype, x.rows, x.cols, x.cols};

@@ -10,6 +10,8 @@ namespace fp8ext::cuda::detail {
 // (y: kChunk floats from column c0, zeros past the row's end), every written
 // chunk of the row covered once by the block. Writes the row's scale (amax of
 // y, as quantize_per_row derives it) and its codes. Called by the whole block.
+// Rare paths are out of line (kCompact: see quantize_chunk): these kernels run
+// once per layer in a decode step, with a cold instruction cache.
 template <Fp8Format F, typename ForEachY>
 __device__ __forceinline__ void quantize_row(ForEachY&& for_each_y, const Output& out, int64_t r,
                                              const ScaleRule& rule, float* row_scales, float* smem) {
@@ -18,7 +20,7 @@ __device__ __forceinline__ void quantize_row(ForEachY&& for_each_y, const Output
   const float s = scale_from_amax(block_max(amax, smem), rule);
   if (threadIdx.x == 0) row_scales[r] = s;
   const Scale scale(s);
-  for_each_y([&](int64_t c0, const float (&y)[kChunk]) { out.store(r, c0, quantize_chunk<F>(y, scale)); });
+  for_each_y([&](int64_t c0, const float (&y)[kChunk]) { out.store<true>(r, c0, quantize_chunk<F, true>(y, scale)); });
 }
 
 }  // namespace fp8ext::cuda::detail

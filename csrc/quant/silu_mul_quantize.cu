@@ -5,11 +5,11 @@
 //   y = T(T(silu(gate)) * up)   (silu in fp32 and rounded to x's type T, then
 //                                the multiply rounded to T, as PyTorch does)
 //   q = per-row quantization of y, as quantize_per_row.
-// Each thread loads its first kCached chunks of gate and up at once and keeps
-// their y (in T: y is rounded to T anyway), so a row of up to
-// kCached * kThreads chunks (I = 16384) costs one round trip to memory; at
-// decode sizes (M = 1) the old loop of dependent loads took most of the time.
-// Longer rows recompute the tail's y for the quantize step.
+// Each thread loads its own chunk of gate and up and keeps its y (in T: y is
+// rounded to T anyway), so a row of up to kThreads chunks (I = 16384) costs
+// one round trip to memory, and each step's code exists once: at decode sizes
+// (M = 1, one block) latency and the instruction cache are the cost (see
+// quantize_chunk). Longer rows recompute the tail's y for the quantize step.
 #include <algorithm>
 
 #include "fp8ext/quantize_cuda.h"
@@ -21,7 +21,7 @@ namespace {
 
 using namespace detail;
 
-constexpr int kThreads = 512, kCached = 2;
+constexpr int kThreads = 1024, kCached = 1;
 
 template <typename T>
 __device__ __forceinline__ void silu_mul_chunk(const float (&g)[kChunk], const float (&u)[kChunk], int64_t c0,
@@ -44,8 +44,8 @@ __global__ void __launch_bounds__(kThreads) silu_mul_quantize_kernel(Input<T> ga
   Raw y_cached[kCached];
   {
     Raw g_raw[kCached], u_raw[kCached];  // zeros past the row's end
-    load_row_chunks(gate, r, write_chunks, g_raw);
-    load_row_chunks(up, r, write_chunks, u_raw);
+    load_row_chunks<true>(gate, r, write_chunks, g_raw);
+    load_row_chunks<true>(up, r, write_chunks, u_raw);
 #pragma unroll
     for (int k = 0; k < kCached; ++k) {
       float g[kChunk], u[kChunk], y[kChunk];
@@ -69,8 +69,8 @@ __global__ void __launch_bounds__(kThreads) silu_mul_quantize_kernel(Input<T> ga
     }
     for (int64_t c = threadIdx.x + int64_t{kCached} * blockDim.x; c < write_chunks; c += blockDim.x) {
       float g[kChunk], u[kChunk], y[kChunk];
-      gate.load(r, c * kChunk, g);
-      up.load(r, c * kChunk, u);
+      gate.template load<true>(r, c * kChunk, g);
+      up.template load<true>(r, c * kChunk, u);
       silu_mul_chunk<T>(g, u, c * kChunk, gate.cols, y);
       fn(c * kChunk, y);
     }
