@@ -83,6 +83,13 @@ at::Tensor as_int32(const at::Tensor& t) {
 
 bool is_index(const at::Tensor& t) { return t.scalar_type() == at::kInt || t.scalar_type() == at::kLong; }
 
+void check_slots(const at::Tensor& slot_mapping, int64_t tokens, const at::Tensor& k_cache) {
+  TORCH_CHECK_VALUE(is_index(slot_mapping) && slot_mapping.dim() == 1 && slot_mapping.size(0) == tokens,
+                    "slot_mapping must be int32/int64 [", tokens, "] (one slot per token), got ",
+                    slot_mapping.scalar_type(), " ", slot_mapping.sizes());
+  check_device(slot_mapping, "slot_mapping", k_cache);
+}
+
 void kv_cache_write_cuda(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
                          const at::Tensor& slot_mapping, const at::Tensor& k_scale, const at::Tensor& v_scale) {
   const auto [k_pool, v_pool] = pools(k_cache, v_cache);
@@ -92,12 +99,9 @@ void kv_cache_write_cuda(const at::Tensor& k, const at::Tensor& v, at::Tensor& k
   TORCH_CHECK_VALUE(v.sizes() == k.sizes() && v.scalar_type() == k.scalar_type(), "v must match k (", k.sizes(),
                     ", ", k.scalar_type(), "), got ", v.sizes(), ", ", v.scalar_type());
   const DType dt = to_dtype(k, "k");
-  TORCH_CHECK_VALUE(is_index(slot_mapping) && slot_mapping.dim() == 1 && slot_mapping.size(0) == k.size(0),
-                    "slot_mapping must be int32/int64 [", k.size(0), "] (one slot per token), got ",
-                    slot_mapping.scalar_type(), " ", slot_mapping.sizes());
+  check_slots(slot_mapping, k.size(0), k_cache);
   check_device(k, "k", k_cache);
   check_device(v, "v", k_cache);
-  check_device(slot_mapping, "slot_mapping", k_cache);
   const auto [ks, k_view] = scale_of(k_scale, "k_scale", heads, k_cache);
   const auto [vs, v_view] = scale_of(v_scale, "v_scale", heads, k_cache);
   c10::cuda::CUDAGuard guard(k_cache.device());
@@ -127,11 +131,8 @@ at::Tensor kv_cache_write_rotary_cuda(const at::Tensor& qkv, const at::Tensor& c
                      ", got ", t->scalar_type());
     check_device(*t, name, k_cache);
   }
-  TORCH_CHECK_VALUE(is_index(slot_mapping) && slot_mapping.dim() == 1 && slot_mapping.size(0) == tokens,
-                    "slot_mapping must be int32/int64 [", tokens, "] (one slot per token), got ",
-                    slot_mapping.scalar_type(), " ", slot_mapping.sizes());
+  check_slots(slot_mapping, tokens, k_cache);
   check_device(qkv, "qkv", k_cache);
-  check_device(slot_mapping, "slot_mapping", k_cache);
   const auto [ks, k_view] = scale_of(k_scale, "k_scale", heads, k_cache);
   const auto [vs, v_view] = scale_of(v_scale, "v_scale", heads, k_cache);
   c10::cuda::CUDAGuard guard(k_cache.device());
