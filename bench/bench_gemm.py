@@ -87,6 +87,8 @@ def bench_row(m, n, k, row_wise, config="auto", anchor=True, fast=False):
 
 def configs_to_time(m):
     """Tile configurations worth timing at this M (--configs)."""
+    if m <= 4:
+        return ("gemv", "swap_small", "swap_medium", "medium")
     if m <= 16:
         return ("swap_small", "swap_medium", "medium")
     if m <= 128:

@@ -51,11 +51,28 @@ def test_scale_kinds_dtypes_bias(m, out_dtype, per_row_a, per_row_b, bias, seed)
     check(m, 520, 256, out_dtype, per_row_a, per_row_b, bias, seed=seed)
 
 
-@pytest.mark.parametrize("config", ["large", "medium", "swap_small", "swap_medium"])
+@pytest.mark.parametrize("config", ["large", "medium", "swap_small", "swap_medium", "gemv"])
 @pytest.mark.parametrize("m", [1, 17, 64, 200, 1000])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16])
 def test_every_config_at_every_size(config, m, out_dtype, seed):
     check(m, 776, 384, out_dtype, config=config, seed=seed)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 9])
+@pytest.mark.parametrize("n,k", [(8, 16), (776, 384), (1000, 4100), (4095, 512)])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("per_row_a,per_row_b,bias", [(False, False, False), (True, True, True), (True, False, True)])
+def test_gemv_every_m_group_shape_and_scale_kind(m, n, k, out_dtype, per_row_a, per_row_b, bias, seed):
+    """The CUDA-core GEMV (decode-sized M; groups of 4 rows of A past that), unaligned N and K
+    included (the op pads them as for the tensor-core kernels)."""
+    check(m, n, k, out_dtype, per_row_a, per_row_b, bias, config="gemv", seed=seed)
+
+
+def test_auto_with_the_gemv_opted_in(monkeypatch, seed):
+    """FP8EXT_GEMV=1: kAuto's choice for M <= 4 (checked in the C++ harness's auto_config_buckets) is right too."""
+    monkeypatch.setenv("FP8EXT_GEMV", "1")
+    check(3, 776, 384, torch.bfloat16, seed=seed)
+    check(5, 776, 384, torch.bfloat16, seed=seed)  # past kGemvMaxM: the tensor-core kernels
 
 
 @pytest.mark.parametrize("config", ["wide_fast_accum", "large_n192", "large_cluster_n"])

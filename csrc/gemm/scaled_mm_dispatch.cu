@@ -30,13 +30,19 @@
 //                             (4096x6144x4096: 156 us = 1323 TFLOP/s), unless the last wave
 //                             would be > 10% idle (see large_m_config)
 //
+//   M <= 4       kGemv        with FP8EXT_GEMV=1 only: CUDA cores, a warp per 4 rows of B
+//                             (scaled_gemv.cu; written 2026-12-01, not yet timed)
+//
 // fp32 output has kLarge and kSwapMedium only; E5M2 operands (fp32 output) kLarge only.
 // kWideFastAccum, kLargeN192 and kLargeClusterN are instantiated for bf16 only.
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "fp8ext/cuda_launch.h"
 #include "gemm_shape_checks.h"
 #include "fp8ext/scaled_mm.h"
+#include "scaled_gemv.h"
 #include "scaled_mm_kernels.h"
 
 namespace fp8ext::cuda {
@@ -44,12 +50,21 @@ namespace {
 
 using gemm::Kernel;
 
+// kAuto takes the CUDA-core GEMV for M <= kGemvMaxM only when FP8EXT_GEMV=1:
+// it has not been timed on the H200 yet (read at each call, so a benchmark can
+// compare both ways in one process).
+bool gemv_opted_in() {
+  const char* v = std::getenv("FP8EXT_GEMV");
+  return v && std::strcmp(v, "1") == 0;
+}
+
 // SMs of the current device (132 on an H200).
 int64_t sm_count() { return current_device_info().sm_count; }
 
 // The configurations instantiated for each type combination (see the header).
 bool has_config(const ScaledMmProblem& p, GemmConfig c) {
   const bool e4m3 = p.a_format == Fp8Format::kE4M3 && p.b_format == Fp8Format::kE4M3;
+  if (c == GemmConfig::kGemv) return e4m3;
   if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN)
     return e4m3 && p.d_dtype == DType::kBFloat16;
   if (e4m3 && p.d_dtype != DType::kFloat32) return c != GemmConfig::kAuto;
@@ -137,6 +152,7 @@ const char* gemm_config_name(GemmConfig config) {
     case GemmConfig::kWideFastAccum: return "wide_128x256_coop_fast_accum";
     case GemmConfig::kLargeN192: return "large_128x192_coop";
     case GemmConfig::kLargeClusterN: return "large_128x128_coop_cluster_1x2";
+    case GemmConfig::kGemv: return "gemv_cuda_cores";
   }
   return "unknown";
 }
@@ -160,6 +176,7 @@ bool scaled_mm_has_config(const ScaledMmProblem& p, GemmConfig config) {
 
 GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p) {
   GemmConfig c = large_m_config(p);
+  if (p.m <= kGemvMaxM && gemv_opted_in() && has_config(p, GemmConfig::kGemv)) return GemmConfig::kGemv;
   if (p.m <= 16) c = GemmConfig::kSwapSmall;
   else if (p.m <= 64) c = GemmConfig::kSwapMedium;
   else if (p.m <= 128) c = one_tile_row_config(p);
@@ -179,6 +196,7 @@ cudaError_t scaled_mm(const ScaledMmProblem& p, GemmConfig config, void* workspa
                       cudaStream_t stream) {
   if (scaled_mm_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
   if (config == GemmConfig::kAuto) config = scaled_mm_auto_config(p);
+  if (config == GemmConfig::kGemv) return has_config(p, config) ? scaled_gemv(p, stream) : cudaErrorInvalidValue;
   cudaError_t err = cudaErrorInvalidValue;
   const bool found = with_kernel(p, config, [&](auto kernel) {
     using K = decltype(kernel);

@@ -3,6 +3,7 @@
 // kernels are instantiated for; plus refusals of what they cannot run.
 // Skips (exit 77) where there is no GPU.
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -86,7 +87,7 @@ const GemmCase kCases[] = {{1, 136, 128}, {15, 264, 256}, {17, 136, 384}, {64, 2
                            {129, 136, 512}, {300, 520, 256}};
 const GemmConfig kConfigs[] = {GemmConfig::kAuto,      GemmConfig::kLarge,         GemmConfig::kMedium,
                                GemmConfig::kSwapSmall, GemmConfig::kSwapMedium,    GemmConfig::kWideFastAccum,
-                               GemmConfig::kLargeN192, GemmConfig::kLargeClusterN};
+                               GemmConfig::kLargeN192, GemmConfig::kLargeClusterN, GemmConfig::kGemv};
 
 }  // namespace
 
@@ -175,6 +176,11 @@ FP8EXT_TEST(auto_config_buckets) {
     return cuda::scaled_mm_auto_config(p);
   };
   EXPECT_EQ(int(config_for(1)), int(GemmConfig::kSwapSmall));
+  setenv("FP8EXT_GEMV", "1", 1);  // the CUDA-core GEMV for M <= 4, opted in
+  EXPECT_EQ(int(config_for(1)), int(GemmConfig::kGemv));
+  EXPECT_EQ(int(config_for(4)), int(GemmConfig::kGemv));
+  EXPECT_EQ(int(config_for(5)), int(GemmConfig::kSwapSmall));
+  unsetenv("FP8EXT_GEMV");
   EXPECT_EQ(int(config_for(16)), int(GemmConfig::kSwapSmall));
   EXPECT_EQ(int(config_for(17)), int(GemmConfig::kSwapMedium));
   EXPECT_EQ(int(config_for(64)), int(GemmConfig::kSwapMedium));

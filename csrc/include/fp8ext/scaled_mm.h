@@ -57,7 +57,10 @@ enum class GemmConfig : int {
                        // (no periodic fp32 promotion: cuBLAS's use_fast_accum class)
   kLargeN192 = 6,      // 128x192x128 tile, 2x1 cluster, cooperative (fewer, larger tiles than kLarge)
   kLargeClusterN = 7,  // 128x128x128 tile, 1x2 cluster (the pair shares A): M of one tile row
-  kLastConfig = kLargeClusterN,
+  // E4M3 x E4M3, any output dtype:
+  kGemv = 8,  // no tensor cores: a warp streams 4 rows of B against up to 4 rows of A (decode, M <= 4;
+              // larger M in groups of 4). kAuto takes it for M <= 4 only with FP8EXT_GEMV=1 (not yet timed)
+  kLastConfig = kGemv,
 };
 
 const char* gemm_config_name(GemmConfig config);
