@@ -1,0 +1,33 @@
+"""The CUDA-core GEMV (config "gemv") against the swap-AB CUTLASS kernel that
+auto picks at M <= 16 and against cuBLAS (torch._scaled_mm), row-wise scales,
+bf16 out, graph-timed with the weights rotated past L2 (bench/bench_gemm.py's
+bench_row), on Llama-3.1-8B's decode layers at M = 1 and 4.
+
+    python3 scripts/device/time_gemv.py [--out DIR]
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from bench_gemm import bench_row  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--out", default=None)
+args = ap.parse_args()
+rows = []
+for m in (1, 4):
+    for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)):
+        for config in ("gemv", "swap_small"):
+            r = bench_row(m, n, k, True, config=config, anchor=config == "gemv")
+            rows.append(r)
+            print(f"{r['shape']:>16s} {config:>11s} {r['ours_ms'] * 1e3:8.1f} us {r['ours_weight_TBps']:6.2f} TB/s"
+                  + (f"  cuBLAS {r['anchor_ms'] * 1e3:8.1f} us" if "anchor_ms" in r else ""), flush=True)
+if args.out:
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "gemv_timing.json"), "w") as f:
+        json.dump(dict(commit=os.environ.get("FP8EXT_COMMIT", "unknown"), gpu=torch.cuda.get_device_name(0),
+                       torch=torch.__version__, rows=rows), f, indent=1)
