@@ -59,7 +59,8 @@ enum class GemmConfig : int {
   kLargeClusterN = 7,  // 128x128x128 tile, 1x2 cluster (the pair shares A): M of one tile row
   // E4M3 x E4M3, any output dtype:
   kGemv = 8,  // no tensor cores: a warp streams 4 rows of B against up to 4 rows of A (decode, M <= 4;
-              // larger M in groups of 4). kAuto takes it for M <= 4 only with FP8EXT_GEMV=1 (not yet timed)
+              // larger M in groups of 4). kAuto takes it for M <= 4 only with FP8EXT_GEMV=1 (slower
+              // than kSwapSmall as written: scaled_mm_dispatch.cu)
   kLastConfig = kGemv,
 };
 
