@@ -18,6 +18,7 @@
 
 #include <algorithm>
 
+#include "../quant/quant_common.cuh"  // to_float / from_float
 #include "fp8ext/cuda_launch.h"
 #include "scaled_gemv.h"
 
@@ -26,7 +27,7 @@ namespace {
 
 constexpr int kRows = 4;   // rows of B per warp
 constexpr int kWarps = 8;  // warps per block
-constexpr int kChunk = 16; // FP8 codes per 16-byte load
+constexpr int kChunk = detail::kChunk;  // 16 FP8 codes: one 16-byte load
 
 struct GemvArgs {
   const uint8_t* a;
@@ -58,19 +59,6 @@ __device__ __forceinline__ void e4m3_to_float(const uint4& w, float (&v)[kChunk]
     }
   }
 }
-
-template <typename D>
-__device__ __forceinline__ D to_out(float v);
-template <>
-__device__ __forceinline__ float to_out<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half to_out<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 to_out<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
-__device__ __forceinline__ float bias_at(const float* bias, int64_t n) { return bias[n]; }
-__device__ __forceinline__ float bias_at(const __half* bias, int64_t n) { return __half2float(bias[n]); }
-__device__ __forceinline__ float bias_at(const __nv_bfloat16* bias, int64_t n) { return __bfloat162float(bias[n]); }
 
 // kM rows of A against kRows rows of B per warp.
 template <int kM, typename D>
@@ -115,8 +103,8 @@ __global__ void __launch_bounds__(kWarps * 32) scaled_gemv_kernel(GemvArgs g) {
       if (lane != r * kM + m || n >= g.n) continue;
       const float s = g.scale_a[g.scale_a_per_row ? m : 0] * g.scale_b[g.scale_b_per_row ? n : 0];
       float v = s * acc[r][m];
-      if (g.bias) v += bias_at(static_cast<const D*>(g.bias), n);
-      static_cast<D*>(g.d)[m * g.ldd + n] = to_out<D>(v);
+      if (g.bias) v += detail::to_float(static_cast<const D*>(g.bias)[n]);
+      static_cast<D*>(g.d)[m * g.ldd + n] = detail::from_float<D>(v);
     }
 }
 
