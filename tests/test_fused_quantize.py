@@ -40,7 +40,7 @@ def expect_unfused_result(q, s, want_q, want_s, fp8, cols, exact):
     quantization may differ by one step of the input's dtype: there a few codes
     may move by one FP8 step, nothing more; NaNs, zero rows and the K padding agree."""
     q, s = q.cpu(), s.cpu()
-    assert q.shape == want_q.shape and s.shape == want_s.shape and q.shape[-1] % 16 == 0
+    assert q.shape == want_q.shape and s.shape == want_s.shape
     if exact:
         assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(s, want_s)
         return
@@ -93,6 +93,37 @@ def test_silu_mul_quantize_is_the_unfused_path(dtype, fp8, shape, device, seed):
     want_q, want_s = quantize(F.silu(gate) * up, recipe, pad_k_to=16)
     q, s = silu_mul_quantize(x.to(device), recipe, pad_k_to=16)
     expect_unfused_result(q, s, want_q, want_s, fp8, shape[1] // 2, exact=device == "cpu")
+
+
+def strided(t, device):
+    """t on `device` as a view whose rows are 3 elements further apart than its width (unaligned:
+    the kernels' element-wise loads; Tensor.to would make a strided view contiguous)."""
+    wide = torch.zeros(t.shape[0], t.shape[1] + 3, dtype=t.dtype, device=device)
+    wide[:, :t.shape[1]] = t.to(device)
+    return wide[:, :t.shape[1]]
+
+
+@pytest.mark.parametrize("pad", [None, 128])
+@pytest.mark.parametrize("cols", [127, 1000])
+@each_device
+def test_other_k_padding_and_strided_rows(pad, cols, device, seed):
+    """K padded to 128 (whole chunks of padding) or not at all (a row ending mid-chunk, stored
+    element-wise), with inputs whose rows are views of a wider tensor, for each fused op."""
+    fp8, recipe = torch.float8_e4m3fn, RowWise()
+    x, weight = inputs((5, cols), torch.bfloat16, seed)
+    residual = random_input((5, cols), torch.bfloat16, seed + 2)
+    w = weight.to(device)
+    want_q, want_s = unfused(x, weight, 1e-5, recipe, pad_k_to=pad)
+    q, s = rms_norm_quantize(strided(x, device), w, 1e-5, recipe, pad_k_to=pad)
+    expect_unfused_result(q, s, want_q, want_s, fp8, cols, exact=device == "cpu")
+    want_q, want_s = unfused(x + residual, weight, 1e-5, recipe, pad_k_to=pad)
+    q, s, h = add_rms_norm_quantize(strided(x, device), strided(residual, device), w, 1e-5, recipe, pad_k_to=pad)
+    assert same_bits(h.cpu(), x + residual)
+    expect_unfused_result(q, s, want_q, want_s, fp8, cols, exact=device == "cpu")
+    gate_up = torch.cat([x, residual], dim=-1)
+    want_q, want_s = quantize(F.silu(x) * residual, recipe, pad_k_to=pad)
+    q, s = silu_mul_quantize(strided(gate_up, device), recipe, pad_k_to=pad)
+    expect_unfused_result(q, s, want_q, want_s, fp8, cols, exact=device == "cpu")
 
 
 def test_leading_dims_and_bad_arguments():

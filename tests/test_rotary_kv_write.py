@@ -28,12 +28,11 @@ def hf_rope(x, positions, theta=10000.0):
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def case(tokens, q_heads, kv_heads, dim, dtype, cache_dtype, seed, device, row_pad=0):
-    """qkv (rows `row_pad` elements longer than needed when asked: a strided view), tables,
-    a cache with random slots (some -1) and per-head scales."""
+def case(tokens, q_heads, kv_heads, dim, dtype, cache_dtype, seed, device):
+    """qkv, tables, a cache with random slots (some -1) and per-head scales."""
     g = torch.Generator().manual_seed(seed)
     cols = (q_heads + 2 * kv_heads) * dim
-    qkv = (torch.randn(tokens, cols + row_pad, generator=g) * 3).to(dtype)[:, :cols]
+    qkv = (torch.randn(tokens, cols, generator=g) * 3).to(dtype)
     positions = torch.randint(0, 40000, (tokens,), generator=g)
     cos, sin = (t.reshape(tokens, dim) for t in Rotary(dim, 10000.0).tables(positions, dtype))
     page_size, pages = 16, -(-tokens // 16) + 2
@@ -43,6 +42,14 @@ def case(tokens, q_heads, kv_heads, dim, dtype, cache_dtype, seed, device, row_p
     slots = torch.randperm(pages * page_size, generator=g)[:tokens]
     slots[torch.rand(tokens, generator=g) < 0.2] = -1
     return qkv, positions, cos, sin, cache, slots
+
+
+def padded_rows(qkv, row_pad, device):
+    """qkv on `device` as a view whose rows are row_pad elements further apart than its width
+    (Tensor.to would make a strided view contiguous)."""
+    base = torch.zeros(qkv.shape[0], qkv.shape[1] + row_pad, dtype=qkv.dtype, device=device)
+    base[:, :qkv.shape[1]] = qkv.to(device)
+    return base[:, :qkv.shape[1]]
 
 
 def expected(qkv, positions, q_heads, cache, slots):
@@ -66,12 +73,16 @@ def to(cache, device):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("cache_dtype", [E4M3, E5M2, torch.bfloat16], ids=str)
 def test_matches_hf_rope_then_write_bit_for_bit(device, dtype, cache_dtype, seed):
-    for tokens, q_heads, kv_heads, dim in [(1, 8, 2, 128), (37, 4, 4, 64), (5, 6, 1, 256), (19, 32, 8, 128)]:
-        qkv, positions, cos, sin, cache, slots = case(tokens, q_heads, kv_heads, dim, dtype, cache_dtype, seed, "cpu",
-                                                      row_pad=16 * (tokens % 2))
+    # qkv rows: contiguous, 16 elements apart (a view of a wider output), 1 element apart (unaligned:
+    # the kernel's element-wise loads); int32 or int64 slots.
+    for tokens, q_heads, kv_heads, dim, row_pad, slot_dtype in [
+            (1, 8, 2, 128, 0, torch.int64), (37, 4, 4, 64, 16, torch.int32), (5, 6, 1, 256, 1, torch.int64),
+            (19, 32, 8, 128, 0, torch.int32), (7, 4, 2, 64, 1, torch.int32)]:
+        qkv, positions, cos, sin, cache, slots = case(tokens, q_heads, kv_heads, dim, dtype, cache_dtype, seed, "cpu")
         fused = to(cache, device)
         want_q = expected(qkv, positions, q_heads, cache, slots)
-        q = fused.write_rotary(0, qkv.to(device), q_heads, cos.to(device), sin.to(device), slots.to(device))
+        rows = padded_rows(qkv, row_pad, device)
+        q = fused.write_rotary(0, rows, q_heads, cos.to(device), sin.to(device), slots.to(device, slot_dtype))
         where = (tokens, q_heads, kv_heads, dim)
         assert q.shape == (tokens, q_heads, dim) and q.dtype == dtype, where
         assert same_bits(q.cpu(), want_q), where
@@ -89,6 +100,21 @@ def test_non_finite_values_are_written_as_the_plain_write_writes_them(device, se
     assert torch.isnan(want_q).any() and same_bits(q.cpu(), want_q)
     # NaN codes may differ in sign (0x7F on the GPU, 0xFF from x86's negative NaNs): same_bits allows it
     assert same_bits(fused.k[0].cpu(), cache.k[0]) and same_bits(fused.v[0].cpu(), cache.v[0])
+
+
+@each_device
+def test_rows_the_kernel_cannot_read_directly_are_copied(device, seed):
+    """Overlapping rows (an expanded qkv) and a transposed one give the results of their contiguous copies."""
+    qkv, positions, cos, sin, cache, slots = case(4, 4, 2, 64, torch.bfloat16, E4M3, seed, "cpu")
+    slots[:] = torch.tensor([3, 9, 20, 33])
+    # The views are made on the device (Tensor.to would hand over contiguous copies).
+    for odd in (qkv[:1].to(device).expand(4, -1), qkv.t().contiguous().to(device).t()):
+        plain, fused = to(cache, device), to(cache, device)
+        args = (4, cos.to(device), sin.to(device), slots.to(device))
+        want_q = plain.write_rotary(0, odd.contiguous(), *args)
+        got_q = fused.write_rotary(0, odd, *args)
+        assert same_bits(got_q.cpu(), want_q.cpu()) and same_bits(fused.k[0].cpu(), plain.k[0].cpu())
+        assert same_bits(fused.v[0].cpu(), plain.v[0].cpu())
 
 
 @each_device

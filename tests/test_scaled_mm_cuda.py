@@ -61,7 +61,8 @@ def test_every_config_at_every_size(config, m, out_dtype, seed):
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 9])
 @pytest.mark.parametrize("n,k", [(8, 16), (776, 384), (1000, 4100), (4095, 512)])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
-@pytest.mark.parametrize("per_row_a,per_row_b,bias", [(False, False, False), (True, True, True), (True, False, True)])
+@pytest.mark.parametrize("per_row_a,per_row_b,bias", [(False, False, False), (True, True, True), (True, False, True),
+                                                       (False, True, False)])
 def test_gemv_every_m_group_shape_and_scale_kind(m, n, k, out_dtype, per_row_a, per_row_b, bias, seed):
     """The CUDA-core GEMV (decode-sized M; groups of 4 rows of A past that), unaligned N and K
     included (the op pads them as for the tensor-core kernels)."""
@@ -69,10 +70,16 @@ def test_gemv_every_m_group_shape_and_scale_kind(m, n, k, out_dtype, per_row_a, 
 
 
 def test_auto_with_the_gemv_opted_in(monkeypatch, seed):
-    """FP8EXT_GEMV=1: kAuto's choice for M <= 4 (checked in the C++ harness's auto_config_buckets) is right too."""
-    monkeypatch.setenv("FP8EXT_GEMV", "1")
-    check(3, 776, 384, torch.bfloat16, seed=seed)
-    check(5, 776, 384, torch.bfloat16, seed=seed)  # past kGemvMaxM: the tensor-core kernels
+    """FP8EXT_GEMV=1: auto runs the GEMV for M <= 4 (its fp32 sums differ from the tensor cores' in
+    the last bits, so equal bits show which kernel ran), the tensor-core kernels above."""
+    g = torch.Generator().manual_seed(seed)
+    for m, want in ((3, "gemv"), (5, "swap_small")):
+        a, b, sa, sb, bias = operands(m, 776, 384, "cuda", F8, F8, True, True, torch.bfloat16, g)
+        monkeypatch.setenv("FP8EXT_GEMV", "1")
+        auto = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+        monkeypatch.delenv("FP8EXT_GEMV")
+        assert torch.equal(auto, fp8ext.scaled_mm(a, b, sa, sb, bias=bias, config=want)), m
+        assert not torch.equal(auto, fp8ext.scaled_mm(a, b, sa, sb, bias=bias, config="swap_medium" if m == 3 else "gemv"))
 
 
 @pytest.mark.parametrize("config", ["wide_fast_accum", "large_n192", "large_cluster_n"])

@@ -187,7 +187,7 @@ cudaError_t kv_cache_write_rotary(const RotaryQkv& in, const int64_t* slots, con
   if (dim % (2 * kChunk) != 0 || k_pool.dtype != v_pool.dtype || in.q_heads < 0 ||
       in.qkv_row_stride < (in.q_heads + 2 * heads) * dim)
     return cudaErrorInvalidValue;
-  if (in.num_tokens == 0 || in.q_heads + heads == 0) return cudaSuccess;
+  if (in.num_tokens == 0 || in.q_heads + heads == 0 || dim == 0) return cudaSuccess;
   const WriteArgs a = write_args(in.num_tokens, slots, k_pool, v_pool, k_scale, v_scale);
   const int64_t cols = (in.q_heads + 2 * heads) * dim;
   const ConstMatrix qkv{in.qkv, in.dtype, in.num_tokens, cols, in.qkv_row_stride};

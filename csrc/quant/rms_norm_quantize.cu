@@ -189,7 +189,8 @@ cudaError_t rms_norm_quantize_per_row(const ConstMatrix& x, const void* weight, 
 cudaError_t add_rms_norm_quantize_per_row(const ConstMatrix& x, const void* residual, void* sum_out,
                                           const void* weight, float eps, const ScaleRule& rule, const Fp8Matrix& q,
                                           float* row_scales, cudaStream_t stream) {
-  if (!residual || !sum_out) return cudaErrorInvalidValue;
+  // sum_out is written while x and residual are still read (a long row's tail twice): no aliasing.
+  if (!residual || !sum_out || sum_out == residual || sum_out == x.data) return cudaErrorInvalidValue;
   return launch_rms_norm_quantize(x, residual, sum_out, weight, eps, rule, q, row_scales, stream);
 }
 

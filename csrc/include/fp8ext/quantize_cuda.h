@@ -47,7 +47,8 @@ cudaError_t rms_norm_quantize_per_row(const ConstMatrix& x, const void* weight, 
 
 // rms_norm_quantize_per_row of h = T(x + residual), also written to sum_out:
 // a decoder's residual add fused with the next norm. residual and sum_out are
-// [rows, cols] contiguous, of x's dtype (x contiguous too).
+// [rows, cols] contiguous, of x's dtype; sum_out 16-byte aligned and apart from
+// x and residual (cudaErrorInvalidValue if it is either of them).
 cudaError_t add_rms_norm_quantize_per_row(const ConstMatrix& x, const void* residual, void* sum_out,
                                           const void* weight, float eps, const ScaleRule& rule, const Fp8Matrix& q,
                                           float* row_scales, cudaStream_t stream);

@@ -119,9 +119,8 @@ at::Tensor kv_cache_write_rotary_cuda(const at::Tensor& qkv, const at::Tensor& c
   TORCH_CHECK_VALUE(dim % 32 == 0, "head_dim must be a multiple of 32 for the rotary write, got ", dim);
   TORCH_CHECK_VALUE(num_q_heads >= 1, "num_q_heads must be >= 1, got ", num_q_heads);
   const int64_t cols = (num_q_heads + 2 * heads) * dim;
-  TORCH_CHECK_VALUE(qkv.dim() == 2 && qkv.size(1) == cols && qkv.stride(1) == 1, "qkv must be [num_tokens, ", cols,
-                    "] ((num_q_heads + 2 * num_kv_heads) * head_dim) with contiguous rows, got ", qkv.sizes(),
-                    " strides ", qkv.strides());
+  TORCH_CHECK_VALUE(qkv.dim() == 2 && qkv.size(1) == cols, "qkv must be [num_tokens, ", cols,
+                    "] ((num_q_heads + 2 * num_kv_heads) * head_dim), got ", qkv.sizes());
   const DType dt = to_dtype(qkv, "qkv");
   const int64_t tokens = qkv.size(0);
   for (const auto& [t, name] : {std::pair{&cos, "cos"}, std::pair{&sin, "sin"}}) {
@@ -137,8 +136,12 @@ at::Tensor kv_cache_write_rotary_cuda(const at::Tensor& qkv, const at::Tensor& c
   const auto [vs, v_view] = scale_of(v_scale, "v_scale", heads, k_cache);
   c10::cuda::CUDAGuard guard(k_cache.device());
   const at::Tensor cc = cos.contiguous(), sc = sin.contiguous(), slots = slot_mapping.to(at::kLong).contiguous();
+  // Rows the kernel can read as they are: contiguous within, apart from each other (a view of a wider
+  // output is fine); anything else (transposed, overlapping rows) is copied.
+  const bool direct = qkv.stride(1) == 1 && (tokens <= 1 || qkv.stride(0) >= cols);
+  const at::Tensor qkv_rows = direct ? qkv : qkv.contiguous();
   at::Tensor q = at::empty({tokens, num_q_heads, dim}, qkv.options());
-  const cuda::RotaryQkv in{qkv.data_ptr(), dt, tokens, tokens > 1 ? qkv.stride(0) : cols, num_q_heads,
+  const cuda::RotaryQkv in{qkv_rows.data_ptr(), dt, tokens, tokens > 1 ? qkv_rows.stride(0) : cols, num_q_heads,
                            cc.data_ptr(), sc.data_ptr(), q.data_ptr()};
   check_launch(cuda::kv_cache_write_rotary(in, slots.data_ptr<int64_t>(), k_pool, v_pool, k_view, v_view,
                                            stream_of(k_cache)),

@@ -7,6 +7,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from fp8ext._native import INPUT_DTYPES
+from fp8ext.ops.kv_cache_reference import check_cache
+
 
 def rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_k_to):
     """quantize_per_row(weight * rms_norm(x)), RMSNorm rounded as Hugging Face's
@@ -57,6 +60,10 @@ def kv_cache_write_rotary(qkv, cos, sin, k_cache, v_cache, slot_mapping, k_scale
     """qkv [T, (H_q + 2 H_kv) * D] split into q, K, V; q and K rotated with the
     tables cos, sin [T, D]; K and V written as kv_cache_write writes them.
     Returns the rotated q [T, H_q, D]."""
+    check_cache(k_cache, v_cache)
+    if not isinstance(qkv, torch.Tensor) or qkv.dtype not in INPUT_DTYPES:
+        raise TypeError(f"qkv must be a bfloat16, float16 or float32 tensor, got "
+                        f"{qkv.dtype if isinstance(qkv, torch.Tensor) else type(qkv).__name__}")
     heads, dim = k_cache.shape[2], k_cache.shape[3]
     if dim % 32:
         raise ValueError(f"head_dim must be a multiple of 32 for the rotary write, got {dim}")
