@@ -2,7 +2,7 @@
 process: the same W8A8 + FP8 KV model, each variant's graph captured and timed
 in turn, twice round (so drift shows), at batch 1 and 64, context 4096.
 
-    python3 scripts/device/ab_serve_env.py --variants "" "FP8EXT_FUSED_QUANT=1" [--out DIR]
+    python3 scripts/device/ab_serve_env.py --variants "" "FP8EXT_FUSED_QUANT=0" [--out DIR]
 
 A variant is a space-separated list of NAME=VALUE; the empty string is the
 default engine. Switches are read when a graph is captured, so each capture
