@@ -61,12 +61,18 @@ class QuantizedActivation(NamedTuple):
     dtype: torch.dtype  # the dtype of the unquantized activation, which the layer's output takes
 
 
+def _fusion_on(switch: str) -> bool:
+    """The engine's fusions are on unless their environment switch is "0" (read
+    at each call, so an A/B run can flip them between graph captures)."""
+    return os.environ.get(switch, "1") != "0"
+
+
 def takes_fused_quantize(linear: nn.Module) -> bool:
     """Whether the op before `linear` (RMSNorm, SwiGLU's silu * up) should also
     quantize its output for it: `linear` quantizes its input per token (RowWise).
     On by default (0.2 ms of a 9.9 ms step at batch 64 x 4096 on the H200,
     bench/NOTES.md session 9); FP8EXT_FUSED_QUANT=0 turns it off."""
-    return os.environ.get("FP8EXT_FUSED_QUANT", "1") != "0" and isinstance(linear, FP8Linear) and \
+    return _fusion_on("FP8EXT_FUSED_QUANT") and isinstance(linear, FP8Linear) and \
         not linear.computes_in_high_precision and linear.recipe.activation_mode == "current" and \
         linear.recipe.activation_granularity == "per_token"
 
@@ -74,7 +80,7 @@ def takes_fused_quantize(linear: nn.Module) -> bool:
 def fused_rotary_write() -> bool:
     """Whether decode writes the cache with RoPE fused in (PagedKVCache.write_rotary):
     on unless FP8EXT_FUSED_ROPE=0."""
-    return os.environ.get("FP8EXT_FUSED_ROPE", "1") != "0"
+    return _fusion_on("FP8EXT_FUSED_ROPE")
 
 
 def norm_for(norm: RMSNorm, h: torch.Tensor, linear: nn.Module):
@@ -94,7 +100,7 @@ def add_norm_for(norm: RMSNorm, h: torch.Tensor, delta: torch.Tensor | None, lin
     one kernel."""
     if delta is None:
         return norm_for(norm, h, linear), h
-    if takes_fused_quantize(linear) and os.environ.get("FP8EXT_FUSED_ADD", "1") != "0":
+    if takes_fused_quantize(linear) and _fusion_on("FP8EXT_FUSED_ADD"):
         k = h.shape[-1]
         q, s, h_new = add_rms_norm_quantize(delta.reshape(-1, k), h.reshape(-1, k), norm.weight, norm.eps,
                                             linear.recipe, pad_k_to=K_ALIGN)
