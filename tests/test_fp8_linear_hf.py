@@ -32,7 +32,9 @@ def test_convert_a_transformers_llama(seed):
     assert summary.skipped == [("lm_head", "LM head (high precision by default)")]
     assert isinstance(model.model.layers[1].mlp.down_proj, FP8Linear)
     assert type(model.lm_head) is torch.nn.Linear
-    assert rel_error(got, ref) < 0.05
+    # E4M3 rounds each operand with relative error up to 1/16: over 300 seeds the logits
+    # moved by 4.1% (median) and 5.1% (worst). A wrong scale or a broken layer moves them ~100%.
+    assert rel_error(got, ref) < 0.08
 
 
 def test_calibrate_and_reload_a_transformers_llama(seed, tmp_path):
