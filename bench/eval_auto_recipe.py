@@ -4,9 +4,11 @@ tokens unless --calibration-tokens says otherwise, at most 8192), then
 perplexity for several max_error budgets on the first 8192 tokens (the issue's
 protocol) and on 16384 held-out tokens (16384..32768), with the share of the
 decoder linears' FLOPs left in FP8 (issue 7's targets: within 1.5% of float32
-with >= 90% of FLOPs in FP8, within 1.0% with >= 80%).
+with >= 90% of FLOPs in FP8, within 1.0% with >= 80%). Weights are
+GPTQ-rounded on the calibration text (convert's default for auto) unless
+--weight-rounding nearest.
 
-    python bench/eval_auto_recipe.py --out DIR [--budgets 0.01 0.02 ...]
+    python bench/eval_auto_recipe.py --out DIR [--budgets 0.01 0.02 ...] [--weight-rounding nearest]
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ import torch
 
 from fp8ext import evaluation
 from fp8ext.nn.auto import DEFAULT_CANDIDATES, choose_from_errors, measure_errors
-from fp8ext.nn.convert import replace_linear, select_linears
+from fp8ext.nn.convert import WEIGHT_ROUNDINGS, replace_linear, select_linears
+from fp8ext.nn.gptq import input_hessians
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import print_table, write_results  # noqa: E402
@@ -34,6 +37,7 @@ def main():
     ap.add_argument("--budgets", type=float, nargs="+", default=list(BUDGETS))
     ap.add_argument("--name", default="auto_recipe_smollm2", help="results file name (without .json)")
     ap.add_argument("--calibration-tokens", type=int, default=4096, help="from token 8192 on (at most 8192)")
+    ap.add_argument("--weight-rounding", choices=WEIGHT_ROUNDINGS, default="gptq")
     args = ap.parse_args()
     model, tokenizer = evaluation.load_smollm2()
     ids = tokenizer(evaluation.lee_background_text(), add_special_tokens=False, return_tensors="pt").input_ids[0]
@@ -43,7 +47,9 @@ def main():
     base = evaluation.perplexity(model, evaluate)
     base_held_out = evaluation.perplexity(model, held_out)
     names, _ = select_linears(model)
-    errors = measure_errors(model, names, [calibrate[i:i + 2] for i in range(0, n_cal, 2)], DEFAULT_CANDIDATES)
+    batches = [calibrate[i:i + 2] for i in range(0, n_cal, 2)]
+    hessians = input_hessians(model, names, batches) if args.weight_rounding == "gptq" else {}
+    errors = measure_errors(model, names, batches, DEFAULT_CANDIDATES, hessians=hessians)
     rows = [{"op": "auto_recipe_layer_estimates", "candidate": label,
              "median": round(statistics.median(errors[n][label] for n in names), 6),
              "max": round(max(errors[n][label] for n in names), 6),
@@ -53,12 +59,12 @@ def main():
         m = copy.deepcopy(model)
         for name, recipe in choice.recipes.items():
             if recipe is not None:
-                replace_linear(m, name, recipe)
+                replace_linear(m, name, recipe, hessians.get(name))
         p = evaluation.perplexity(m, evaluate)
         p_held_out = evaluation.perplexity(m, held_out)
         counts = {label: sum(1 for n in names if choice.labels[n] == label) for label, _ in DEFAULT_CANDIDATES}
         rows.append({"op": "auto_recipe", "model": "SmolLM2-135M-Instruct", "max_error": budget,
-                     "calibration_tokens": calibrate.numel(),
+                     "calibration_tokens": calibrate.numel(), "weight_rounding": args.weight_rounding,
                      "fp8_flop_pct": round(100 * choice.fp8_flop_fraction, 1), "perplexity": round(p, 4),
                      "float32_perplexity": round(base, 4), "delta_pct": round(100 * (p / base - 1), 2),
                      "estimated_pct": round(100 * choice.estimated_increase, 2),

@@ -9,6 +9,7 @@ import fp8ext
 from fp8ext import BlockWise, RowWise
 from fp8ext.nn import FP8Linear
 from fp8ext.nn.auto import measure_errors
+from fp8ext.nn.gptq import input_hessians
 
 
 class TinyLM(nn.Module):
@@ -38,7 +39,8 @@ def test_estimates_are_positive_and_the_summary_reports_them():
     assert all(0 < v < math.inf for d in errors.values() for v in d.values())
     assert [p.requires_grad for p in model.parameters()] == params_before
     assert all(p.grad is None for p in model.parameters())
-    s = fp8ext.convert(model, "auto", calibration=batches, max_error=1.0)
+    s = fp8ext.convert(model, "auto", calibration=batches, max_error=1.0, weight_rounding="nearest")
+    assert s.errors == errors
     assert [n for n, _ in s.converted] == ["up", "down", "mix"] and s.fp8_flop_fraction == 1.0
     assert s.estimated_increase == pytest.approx(sum(min(d.values()) for d in errors.values()), rel=0.06)
     assert "estimated perplexity increase" in str(s)
@@ -48,11 +50,12 @@ def test_estimates_are_positive_and_the_summary_reports_them():
 def test_costliest_layers_per_flop_go_back_to_high_precision_first():
     model, batches = lm_and_batches()
     names = ["up", "down", "mix"]
-    errors = measure_errors(model, names, batches, None)
+    errors = measure_errors(model, names, batches, None, hessians=input_hessians(model, names, batches))
     flops = {"up": 48 * 96, "down": 96 * 48, "mix": 48 * 48}
     costliest = max(names, key=lambda n: min(errors[n].values()) / flops[n])
     budget = sum(min(d.values()) for d in errors.values()) - min(errors[costliest].values()) * 0.5
-    s = fp8ext.convert(model, "auto", calibration=batches, max_error=budget)
+    s = fp8ext.convert(model, "auto", calibration=batches, max_error=budget)  # GPTQ, as measured above
+    assert s.errors == errors
     assert (costliest, f"kept to stay within max_error={budget}") in s.skipped
     assert s.estimated_increase <= budget
     model, batches = lm_and_batches()

@@ -14,6 +14,8 @@ Each layer takes its candidate with the lowest estimate (the cheapest GEMM
 among those within 5% of it); then, most costly per FLOP first, layers go back
 to high precision until the estimated total is within ``max_error``. FLOPs per
 token of a linear are in x out features, so the FP8 share is weighed that way.
+With GPTQ weight rounding (convert's default for auto) each candidate is
+measured with the weights it will really have.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fp8ext.nn.gptq import gptq_round_layer
 from fp8ext.nn.linear import FP8Linear
 from fp8ext.recipes import BlockWise, CurrentScaling, Recipe, RowWise
 
@@ -66,15 +69,36 @@ def causal_lm_loss(output, batch) -> torch.Tensor:
                            reduction="sum")
 
 
+def candidate_layer(module: nn.Linear, recipe: Recipe, hessian: torch.Tensor | None = None) -> FP8Linear:
+    """``module`` as an FP8Linear of ``recipe``, its weight GPTQ-rounded when a Hessian is given."""
+    layer = FP8Linear.from_linear(module, recipe)
+    if hessian is not None:
+        gptq_round_layer(layer, module.weight.detach(), hessian)
+    return layer
+
+
 def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
-                   loss_fn: Callable | None = None) -> dict:
+                   loss_fn: Callable | None = None, hessians: dict | None = None) -> dict:
     """name -> {label: estimated relative perplexity (loss) increase from quantizing that layer alone}.
 
     Runs forward and backward on every batch (the gradients go only to the layers'
     outputs; no parameter's .grad is touched). Memory: one batch's activations.
     With a custom ``loss_fn`` the estimate is that loss's increase per batch.
-    A layer the batches never ran (or that does not reach the loss) gets inf."""
+    A layer the batches never ran (or that does not reach the loss) gets inf.
+    With ``hessians`` (:func:`fp8ext.nn.gptq.input_hessians`) the candidates'
+    weights are GPTQ-rounded; those layers are made once and kept (one byte per
+    weight per candidate) instead of once per batch."""
     cands = _candidates(candidates)
+    hessians = {} if hessians is None else hessians
+    kept = {}
+
+    def layer_for(name, label, recipe):
+        if name not in hessians:  # FP8 weights made per call: never the whole model at once
+            return FP8Linear.from_linear(model.get_submodule(name), recipe)
+        if (name, label) not in kept:
+            kept[name, label] = candidate_layer(model.get_submodule(name), recipe, hessians[name])
+        return kept[name, label]
+
     loss_fn = loss_fn if loss_fn is not None else causal_lm_loss
     sums = {name: {label: 0.0 for label, _ in cands} for name in names}
     runs = dict.fromkeys(names, 0)
@@ -109,9 +133,8 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
                     x, y = captured[n]
                     g2 = g.reshape(-1, g.shape[-1]).float()
                     y2 = y.detach().reshape(g2.shape).float()
-                    module = model.get_submodule(n)
-                    for label, recipe in cands:  # FP8 weights made per call: never the whole model at once
-                        dy = FP8Linear.from_linear(module, recipe)(x).float().reshape(g2.shape) - y2
+                    for label, recipe in cands:
+                        dy = layer_for(n, label, recipe)(x).float().reshape(g2.shape) - y2
                         sums[n][label] += 0.5 * (g2 * dy).sum(-1).square().sum().item()
             del captured, grads, output, loss
     finally:
@@ -123,14 +146,14 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
 
 
 def choose_recipes(model: nn.Module, names: list, calibration, max_error: float, candidates=None,
-                   loss_fn: Callable | None = None) -> AutoChoice:
+                   loss_fn: Callable | None = None, hessians: dict | None = None) -> AutoChoice:
     if calibration is None:
         raise ValueError("recipe='auto' needs calibration batches (calibration=...)")
     if not isinstance(max_error, (int, float)) or isinstance(max_error, bool) or not max_error > 0:
         raise ValueError(f"max_error must be a positive number, got {max_error!r}")
     cands = _candidates(candidates)
-    return choose_from_errors(model, names, measure_errors(model, names, calibration, cands, loss_fn), max_error,
-                              cands)
+    errors = measure_errors(model, names, calibration, cands, loss_fn, hessians)
+    return choose_from_errors(model, names, errors, max_error, cands)
 
 
 def choose_from_errors(model: nn.Module, names: list, errors: dict, max_error: float, candidates=None) -> AutoChoice:

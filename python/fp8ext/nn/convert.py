@@ -9,6 +9,7 @@ from typing import Callable, Iterable, Union
 
 from torch import nn
 
+from fp8ext.nn.gptq import gptq_round_layer, input_hessians
 from fp8ext.nn.linear import FP8Linear
 from fp8ext.recipes import CurrentScaling, Recipe
 
@@ -28,9 +29,11 @@ class ConversionSummary:
     errors: dict = field(default_factory=dict)     # recipe="auto": name -> {candidate: estimated increase}
     fp8_flop_fraction: float | None = None         # recipe="auto": share of the eligible layers' FLOPs in FP8
     estimated_increase: float | None = None        # recipe="auto": estimated relative perplexity increase
+    weight_rounding: str = "nearest"               # "nearest" or "gptq"
 
     def __str__(self) -> str:
-        lines = [f"converted {len(self.converted)} linear layers to FP8, kept {len(self.skipped)} in high precision"]
+        lines = [f"converted {len(self.converted)} linear layers to FP8 (weights rounded: {self.weight_rounding}), "
+                 f"kept {len(self.skipped)} in high precision"]
         if self.fp8_flop_fraction is not None:
             lines[0] += (f"; {100 * self.fp8_flop_fraction:.1f}% of the eligible FLOPs in FP8, estimated "
                          f"perplexity increase {100 * self.estimated_increase:.2f}%")
@@ -93,17 +96,34 @@ def select_linears(model: nn.Module, include=None, exclude=None, keep_lm_head: b
     return targets, skipped
 
 
-def replace_linear(model: nn.Module, name: str, recipe: Recipe) -> None:
+WEIGHT_ROUNDINGS = ("nearest", "gptq")
+
+
+def replace_linear(model: nn.Module, name: str, recipe: Recipe, hessian=None) -> None:
+    """Swaps the nn.Linear ``name`` for an FP8Linear; its weight GPTQ-rounded when a Hessian is given."""
     parent_name, _, child = name.rpartition(".")
     parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, FP8Linear.from_linear(getattr(parent, child), recipe))
+    linear = getattr(parent, child)
+    layer = FP8Linear.from_linear(linear, recipe)
+    if hessian is not None:
+        gptq_round_layer(layer, linear.weight.detach(), hessian)
+    setattr(parent, child, layer)
+
+
+def _weight_rounding(weight_rounding, recipe, calibration) -> str:
+    rounding = weight_rounding if weight_rounding is not None else ("gptq" if recipe == "auto" else "nearest")
+    if rounding not in WEIGHT_ROUNDINGS:
+        raise ValueError(f"weight_rounding must be one of {WEIGHT_ROUNDINGS} or None, got {weight_rounding!r}")
+    if rounding == "gptq" and calibration is None:
+        raise ValueError("weight_rounding='gptq' needs calibration batches (calibration=...)")
+    return rounding
 
 
 def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
             include: Selector | Iterable[Selector] | None = None,
             exclude: Selector | Iterable[Selector] | None = None, keep_lm_head: bool = True,
             calibration: Iterable | None = None, max_error: float = 0.01, candidates=None,
-            loss_fn=None) -> ConversionSummary:
+            loss_fn=None, weight_rounding: str | None = None) -> ConversionSummary:
     """Replaces eligible ``nn.Linear`` modules of ``model`` with :class:`FP8Linear`, in place.
 
     Selective precision by default: embeddings and normalization layers are not
@@ -125,6 +145,14 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
     costing most per FLOP stay in high precision until the estimated total
     increase is within ``max_error`` (0.01: about 1% perplexity).
 
+    ``weight_rounding``: "nearest" rounds each weight to its nearest FP8 value;
+    "gptq" (the default for ``recipe="auto"``, and needs ``calibration``) picks
+    the FP8 codes that keep each layer's output on the calibration inputs
+    closest to the original (:mod:`fp8ext.nn.gptq`; same scales, formats and
+    kernels, an offline cost of one forward pass plus a few seconds per layer
+    on a CPU). On SmolLM2-135M it cuts the perplexity cost of row-wise W8A8
+    from +2.46% to +1.53%.
+
     Static recipes start with ``input_scale = 1`` in every converted layer: run
     :func:`fp8ext.calibrate` (or set the ``input_scale`` buffers) before use.
 
@@ -135,12 +163,16 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
     recipe = recipe if recipe is not None else CurrentScaling()
     if not isinstance(recipe, Recipe) and recipe != "auto":
         raise TypeError(f"recipe must be a fp8ext.recipes.Recipe or 'auto', got {recipe!r}")
+    rounding = _weight_rounding(weight_rounding, recipe, calibration)
+    if calibration is not None and not isinstance(calibration, (list, tuple)):
+        calibration = list(calibration)  # read twice below: an iterator would be empty the second time
     targets, skipped = select_linears(model, include, exclude, keep_lm_head)
-    summary = ConversionSummary(skipped=skipped)
+    summary = ConversionSummary(skipped=skipped, weight_rounding=rounding)
+    hessians = input_hessians(model, targets, calibration) if rounding == "gptq" else {}
     if recipe == "auto":
         from fp8ext.nn.auto import choose_recipes  # noqa: PLC0415 (calibration machinery, only for auto)
 
-        choice = choose_recipes(model, targets, calibration, max_error, candidates, loss_fn)
+        choice = choose_recipes(model, targets, calibration, max_error, candidates, loss_fn, hessians)
         summary.errors = choice.errors
         summary.fp8_flop_fraction = choice.fp8_flop_fraction
         summary.estimated_increase = choice.estimated_increase
@@ -150,12 +182,16 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
             elif choice.recipes[name] is None:
                 summary.skipped.append((name, f"kept to stay within max_error={max_error}"))
             else:
-                replace_linear(model, name, choice.recipes[name])
+                replace_linear(model, name, choice.recipes[name], hessians.get(name))
                 summary.converted.append((name, choice.recipes[name]))
         return summary
     for name in targets:
-        replace_linear(model, name, recipe)
+        replace_linear(model, name, recipe, hessians.get(name))
         summary.converted.append((name, recipe))
+    unreached = [name for name in targets if rounding == "gptq" and name not in hessians]
+    if unreached:
+        warnings.warn(f"weight_rounding='gptq': the calibration batches never reached {unreached}; "
+                      "their weights are rounded to nearest", stacklevel=2)
     if recipe.activation_mode == "static" and targets:
         warnings.warn("static recipe: every input_scale is 1.0 until calibrated (fp8ext.calibrate)", stacklevel=2)
     return summary
