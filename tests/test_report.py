@@ -52,7 +52,8 @@ def test_tables_hold_the_librarys_numbers(report):
         tokens = capacity_tokens(2**30, 32, 8, 128, getattr(torch, dtype))
         assert re.search(rf"\| {label} \|[^\n]*\| {tokens} \|", md), label
     # Every recipe's row has a finite perplexity.
-    for recipe in ("per-tensor current", "delayed (history 16)", "per-tensor static", "row-wise", "block-wise"):
+    for recipe in ("per-tensor current", "delayed (history 16)", "per-tensor static", "row-wise", "block-wise",
+                   "block-wise, GPTQ weights"):
         row = re.search(rf"\| {re.escape(recipe)} \| ([0-9.]+) \|", md)
         assert row and 1 < float(row.group(1)) < 1000, recipe
 

@@ -100,7 +100,8 @@ def _cpu_sections(out_dir: str, sizes: Sizes, model: str | None = None) -> list:
         "2. Scaling recipes",
         f"All decoder linears in FP8 (E4M3), LM head kept. Shifted text: {SHIFTED_TEXT} (float32 perplexity "
         f"{base_shifted:.3f}); static scales come from {sizes.calibration} window(s) of lee_background, so "
-        "values beyond their range on the shifted text are clipped. Sensitivity: one decoder block at a time in "
+        "values beyond their range on the shifted text are clipped; the GPTQ row chooses its weights' FP8 codes "
+        "on the same calibration windows (same block scales). Sensitivity: one decoder block at a time in "
         f"FP8 (per-tensor current), most harmful first, on {sens.numel()} tokens (float32 {base_sens:.3f}).",
         [("Recipes", rec_rows), ("Per-block sensitivity", sens_rows)], ["recipes.png", "sensitivity.png"]))
 

@@ -29,6 +29,8 @@ RECIPES = {  # name: recipe (E4M3 unless named)
     "block-wise": fp8ext.BlockWise(),
 }
 
+GPTQ_ROW = "block-wise, GPTQ weights"
+
 
 def _round_trip(x: torch.Tensor, fmt, per_row: bool = False) -> torch.Tensor:
     """x (float32) through the library's own weight quantize and dequantize: one scale per tensor or per row."""
@@ -128,8 +130,12 @@ def clipping_rate(model: nn.Module, windows: torch.Tensor) -> float:
 def recipe_study(model, windows, shifted, calibration, base, base_shifted) -> list:
     """Perplexity of every recipe on the text and on a shifted text (static scales calibrated on the text)."""
     rows = []
-    for name, recipe in RECIPES.items():
-        m = converted(model, recipe, calibration if recipe.activation_mode == "static" else None)
+    for name, recipe in [*RECIPES.items(), (GPTQ_ROW, fp8ext.BlockWise())]:
+        if name == GPTQ_ROW:  # the same block-wise layers, their codes chosen on the calibration text
+            m = copy.deepcopy(model)
+            convert(m, recipe, calibration=calibration, weight_rounding="gptq")
+        else:
+            m = converted(model, recipe, calibration if recipe.activation_mode == "static" else None)
         if recipe.activation_mode == "delayed":  # fill the amax history as serving would
             with torch.no_grad():
                 for batch in calibration:
