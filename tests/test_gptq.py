@@ -70,6 +70,45 @@ def test_singular_hessian_is_damped(seed):
     assert torch.isfinite(codes.float()).all()
 
 
+class SharedInput(nn.Module):
+    """q and k read the same tensor (as q/k/v projections do); mix runs twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.mix = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16)
+        self.split = False
+
+    def forward(self, x):
+        h = self.q(x) + self.k(x.clone() if self.split else x)
+        return self.mix(self.mix(h))
+
+
+def test_hessians_shared_inputs_and_repeated_calls(seed):
+    model = SharedInput()
+    batches = [torch.randn(5, 16), torch.randn(3, 16)]
+    h = input_hessians(model, ["q", "k", "mix"], batches)
+    assert h["k"] is h["q"]  # one matrix for one input
+    x = torch.cat(batches).double()
+    torch.testing.assert_close(h["q"], x.T @ x)
+    with torch.no_grad():
+        first = model.q(x.float()) + model.k(x.float())
+        second = model.mix(first)
+    inputs = torch.cat([first, second]).double()  # mix sees both of its calls
+    torch.testing.assert_close(h["mix"], inputs.T @ inputs, rtol=1e-4, atol=1e-5)  # float32 layer outputs
+    model.split = True  # k no longer reads q's tensor: its own matrix
+    h = input_hessians(model, ["q", "k"], batches)
+    assert h["k"] is not h["q"]
+    torch.testing.assert_close(h["k"], h["q"])
+
+    def changing():
+        model.split = False
+        yield batches[0]
+        model.split = True
+        yield batches[1]
+    with pytest.raises(RuntimeError, match="shared its input"):
+        input_hessians(model, ["q", "k"], changing())
+
+
 def test_bad_input():
     linear = nn.Linear(32, 16)
     layer = FP8Linear.from_linear(linear, RowWise())

@@ -33,13 +33,29 @@ def input_hessians(model: nn.Module, names: list, batches: Iterable) -> dict:
     """name -> H = X^T X (float64, [in_features, in_features]) over every row that
     reached the layer ``model.get_submodule(name)`` while ``model`` ran the
     batches (token-id tensors or dicts of model kwargs). Layers no batch reached
-    are left out."""
+    are left out. Layers called one after another on the same input tensor
+    (q/k/v, gate/up) share one H object. Memory: one float64 K x K matrix per
+    distinct input (about 2 GB per Llama-3.1-8B decoder layer, most of it down_proj's)."""
     hessians = {}
+    shares = {}  # name -> the layer whose H it shares (decided in the first batch)
+    last = [None, None]  # the input tensor seen last and its layer
 
     def accumulate(name, x):
-        x = x.detach().reshape(-1, x.shape[-1]).double()
+        previous, owner = last
+        last[0], last[1] = x, name
+        same_input = x is previous and owner in hessians
+        if name in shares:
+            if not (same_input and shares.get(owner, owner) == shares[name]):
+                raise RuntimeError(f"{name!r} shared its input with {shares[name]!r} in the first batch but not "
+                                   "in a later one: pass batches that run the model the same way")
+            return
         if name not in hessians:
-            hessians[name] = torch.zeros(x.shape[1], x.shape[1], dtype=torch.float64, device=x.device)
+            if same_input:
+                shares[name] = shares.get(owner, owner)
+                hessians[name] = hessians[shares[name]]
+                return
+            hessians[name] = torch.zeros(x.shape[-1], x.shape[-1], dtype=torch.float64, device=x.device)
+        x = x.detach().reshape(-1, x.shape[-1]).double()
         hessians[name].addmm_(x.T, x)
 
     handles = [model.get_submodule(n).register_forward_pre_hook(lambda _m, args, n=n: accumulate(n, args[0]))
@@ -51,6 +67,7 @@ def input_hessians(model: nn.Module, names: list, batches: Iterable) -> dict:
     finally:
         for h in handles:
             h.remove()
+        last[0] = None
     for name, h in hessians.items():
         if not torch.isfinite(h).all():
             raise ValueError(f"the calibration inputs of {name!r} are not finite: GPTQ rounding needs finite inputs")
