@@ -1,5 +1,7 @@
 """GPTQ rounding of FP8 weights (fp8ext.nn.gptq, convert(weight_rounding="gptq")):
 same scales, other codes, a smaller output error on correlated inputs."""
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -24,10 +26,10 @@ def output_error(layer, x, want):
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=IDS)
-# The error ratio GPTQ / nearest over 100 seeds (median, worst): 200x300 0.69, 0.70;
-# 16x129 0.70, 0.75; 1x129 0.70, 0.92 (one output row: noisy); 130x4 0.71-0.83, 0.93-0.997
+# The error ratio GPTQ / nearest over 100-400 seeds (median, worst): 200x300 0.69, 0.70;
+# 16x129 0.70, 0.75; 1x129 0.70, 0.96 (one output row: noisy); 130x4 0.71-0.83, 0.93-1.02
 # (four columns leave little error to move around). Bounds sit above the worst.
-@pytest.mark.parametrize("n,k,bound", [(200, 300, 0.8), (16, 129, 0.85), (1, 129, 1.0), (130, 4, 1.1)])
+@pytest.mark.parametrize("n,k,bound", [(200, 300, 0.8), (16, 129, 0.85), (1, 129, 1.1), (130, 4, 1.15)])
 def test_gptq_keeps_the_scales_and_lowers_the_output_error(seed, recipe, n, k, bound):
     linear = nn.Linear(k, n)
     x = correlated_inputs(2048, k)
@@ -60,53 +62,52 @@ def test_dead_inputs_and_saturation(seed):
     h = x.double().T @ x.double()
     scale = torch.full((64, 96), 0.5 / 448)  # most weights saturate at +-448
     codes = round_weight(w, scale, torch.float8_e4m3fn, h)
-    assert torch.isfinite(codes.float()).all() and codes.float().abs().max() <= 448
+    assert torch.isfinite(codes.float()).all() and (codes.float().abs() == 448).float().mean() > 0.5
     assert torch.equal(codes[:, 5].float(), (w[:, 5] / scale[:, 5]).clamp(-448, 448).to(torch.float8_e4m3fn).float())
 
 
-def test_singular_hessian_is_damped(seed):
-    x = torch.randn(3, 1) @ torch.randn(1, 40)  # rank 1
-    codes = round_weight(torch.randn(8, 40), torch.full((8, 40), 0.01), torch.float8_e4m3fn, x.double().T @ x.double())
+def test_singular_and_scaled_hessians(seed):
+    x = torch.randn(3, 1) @ torch.randn(1, 40)  # rank 1: damping makes it factor (no fallback warning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        codes = round_weight(torch.randn(8, 40), torch.full((8, 40), 0.01), torch.float8_e4m3fn,
+                             x.double().T @ x.double())
     assert torch.isfinite(codes.float()).all()
+    # H's scale (with dead inputs too) does not change the codes: X^T X and 1e-6 X^T X are the same problem
+    w, x = torch.randn(32, 64), correlated_inputs(512, 64)
+    x[:, :32] = 0
+    scale = w.abs().amax(1, keepdim=True).expand(32, 64) / 448
+    h = x.double().T @ x.double()
+    assert torch.equal(round_weight(w, scale, torch.float8_e4m3fn, h).view(torch.uint8),
+                       round_weight(w, scale, torch.float8_e4m3fn, h * 2.0**-20).view(torch.uint8))
 
 
 class SharedInput(nn.Module):
-    """q and k read the same tensor (as q/k/v projections do); mix runs twice."""
+    """q and k read the same tensor (as q/k/v projections do); mix runs twice, once by keyword."""
 
     def __init__(self):
         super().__init__()
         self.q, self.k, self.mix = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16)
-        self.split = False
 
     def forward(self, x):
-        h = self.q(x) + self.k(x.clone() if self.split else x)
-        return self.mix(self.mix(h))
+        h = self.q(x) + self.k(x) + self.q(2 * x + 1)
+        return self.mix(input=self.mix(h))
 
 
-def test_hessians_shared_inputs_and_repeated_calls(seed):
+def test_hessians_count_every_call(seed):
     model = SharedInput()
     batches = [torch.randn(5, 16), torch.randn(3, 16)]
     h = input_hessians(model, ["q", "k", "mix"], batches)
-    assert h["k"] is h["q"]  # one matrix for one input
     x = torch.cat(batches).double()
-    torch.testing.assert_close(h["q"], x.T @ x)
+    torch.testing.assert_close(h["k"], x.T @ x)
+    both = torch.cat([x, (2 * x.float() + 1).double()])  # the model computes 2x + 1 in float32
+    torch.testing.assert_close(h["q"], both.T @ both)
     with torch.no_grad():
-        first = model.q(x.float()) + model.k(x.float())
+        xf = x.float()
+        first = model.q(xf) + model.k(xf) + model.q(2 * xf + 1)
         second = model.mix(first)
-    inputs = torch.cat([first, second]).double()  # mix sees both of its calls
+    inputs = torch.cat([first, second]).double()
     torch.testing.assert_close(h["mix"], inputs.T @ inputs, rtol=1e-4, atol=1e-5)  # float32 layer outputs
-    model.split = True  # k no longer reads q's tensor: its own matrix
-    h = input_hessians(model, ["q", "k"], batches)
-    assert h["k"] is not h["q"]
-    torch.testing.assert_close(h["k"], h["q"])
-
-    def changing():
-        model.split = False
-        yield batches[0]
-        model.split = True
-        yield batches[1]
-    with pytest.raises(RuntimeError, match="shared its input"):
-        input_hessians(model, ["q", "k"], changing())
 
 
 def test_bad_input():
@@ -128,6 +129,10 @@ def test_bad_input():
         input_hessians(model, ["0"], [torch.full((2, 8), float("inf"))])
     with pytest.raises(ValueError, match="needs calibration batches"):
         fp8ext.convert(model, RowWise(), weight_rounding="gptq")
+    with pytest.raises(ValueError, match="calibration is empty"):
+        fp8ext.convert(model, RowWise(), calibration=iter([]), weight_rounding="gptq")
+    with pytest.raises(ValueError, match="recipe='auto' needs calibration batches"):
+        fp8ext.convert(model, "auto")
     with pytest.raises(ValueError, match="weight_rounding must be one of"):
         fp8ext.convert(model, RowWise(), weight_rounding="stochastic")
 
@@ -159,7 +164,7 @@ def test_convert_with_gptq_lowers_the_model_error_and_round_trips(seed):
     with torch.no_grad():
         e_gptq = ((model(x) - want).norm() / want.norm()).item()
         e_nearest = ((nearest(x) - want).norm() / want.norm()).item()
-    assert e_gptq < 0.92 * e_nearest, (e_gptq, e_nearest)  # 60 seeds: median 0.84, worst 0.87
+    assert e_gptq < 0.95 * e_nearest, (e_gptq, e_nearest)  # 300 seeds: median 0.85, worst 0.88
     assert torch.equal(model.unused.weight.view(torch.uint8), nearest.unused.weight.view(torch.uint8))
     fresh = TwoLayers()
     fp8ext.convert(fresh, RowWise())
@@ -173,8 +178,14 @@ def test_auto_rounds_with_gptq_by_default(seed):
     model = TwoLayers()
     batches = [correlated_inputs(64, 64) for _ in range(2)]
     loss = lambda out, _x: out.square().sum()  # noqa: E731
+    original = {name: getattr(model, name) for name in ("up", "down")}
     s = fp8ext.convert(model, "auto", calibration=batches, max_error=1e9, loss_fn=loss)
     assert s.weight_rounding == "gptq"
+    for name, linear in original.items():  # each layer's chosen recipe, with other codes than nearest's
+        layer = getattr(model, name)
+        nearest = FP8Linear.from_linear(linear, layer.recipe)
+        assert torch.equal(layer.weight_scale, nearest.weight_scale)
+        assert not torch.equal(layer.weight.view(torch.uint8), nearest.weight.view(torch.uint8))
     s = fp8ext.convert(TwoLayers(), "auto", calibration=batches, max_error=1e9, loss_fn=loss,
                        weight_rounding="nearest")
     assert s.weight_rounding == "nearest"

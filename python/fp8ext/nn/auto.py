@@ -82,7 +82,8 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
     """name -> {label: estimated relative perplexity (loss) increase from quantizing that layer alone}.
 
     Runs forward and backward on every batch (the gradients go only to the layers'
-    outputs; no parameter's .grad is touched). Memory: one batch's activations.
+    outputs; no parameter's .grad is touched). Memory: one batch's activations
+    (and with ``hessians``, the GPTQ-rounded candidates below).
     With a custom ``loss_fn`` the estimate is that loss's increase per batch.
     A layer the batches never ran (or that does not reach the loss) gets inf.
     With ``hessians`` (:func:`fp8ext.nn.gptq.input_hessians`) the candidates'

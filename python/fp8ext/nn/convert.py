@@ -115,7 +115,8 @@ def _weight_rounding(weight_rounding, recipe, calibration) -> str:
     if rounding not in WEIGHT_ROUNDINGS:
         raise ValueError(f"weight_rounding must be one of {WEIGHT_ROUNDINGS} or None, got {weight_rounding!r}")
     if rounding == "gptq" and calibration is None:
-        raise ValueError("weight_rounding='gptq' needs calibration batches (calibration=...)")
+        raise ValueError("recipe='auto' needs calibration batches (calibration=...)" if recipe == "auto" else
+                         "weight_rounding='gptq' needs calibration batches (calibration=...)")
     return rounding
 
 
@@ -150,8 +151,9 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
     the FP8 codes that keep each layer's output on the calibration inputs
     closest to the original (:mod:`fp8ext.nn.gptq`; same scales, formats and
     kernels, an offline cost of one forward pass plus a few seconds per layer
-    on a CPU). On SmolLM2-135M it cuts the perplexity cost of row-wise W8A8
-    from +2.46% to +1.53%.
+    on a CPU; memory: one float64 K x K matrix per layer, and with auto one
+    FP8 weight per candidate per layer). On SmolLM2-135M it cuts the
+    perplexity cost of row-wise W8A8 from +2.46% to +1.53%.
 
     Static recipes start with ``input_scale = 1`` in every converted layer: run
     :func:`fp8ext.calibrate` (or set the ``input_scale`` buffers) before use.
@@ -164,8 +166,10 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
     if not isinstance(recipe, Recipe) and recipe != "auto":
         raise TypeError(f"recipe must be a fp8ext.recipes.Recipe or 'auto', got {recipe!r}")
     rounding = _weight_rounding(weight_rounding, recipe, calibration)
-    if calibration is not None and not isinstance(calibration, (list, tuple)):
+    if rounding == "gptq":
         calibration = list(calibration)  # read twice below: an iterator would be empty the second time
+        if not calibration:
+            raise ValueError("calibration is empty: weight_rounding='gptq' needs at least one batch")
     targets, skipped = select_linears(model, include, exclude, keep_lm_head)
     summary = ConversionSummary(skipped=skipped, weight_rounding=rounding)
     hessians = input_hessians(model, targets, calibration) if rounding == "gptq" else {}
