@@ -118,6 +118,8 @@ def test_bad_input():
         gptq_round_layer(layer, linear.weight.detach(), torch.eye(31))
     with pytest.raises(ValueError, match="weight must be"):
         gptq_round_layer(layer, linear.weight.detach().T, h)
+    with pytest.raises(ValueError, match="scale of its shape"):
+        round_weight(torch.ones(4, 8), torch.ones(4, 7), torch.float8_e4m3fn, torch.eye(8))
     with pytest.raises(TypeError, match="layer must be an FP8Linear"):
         gptq_round_layer(linear, linear.weight.detach(), h)
     bad = linear.weight.detach().clone()

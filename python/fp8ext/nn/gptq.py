@@ -79,9 +79,14 @@ def round_weight(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, 
     that ``(codes * scale) @ X^T`` stays close to ``weight @ X^T`` for inputs
     with ``hessian = X^T X [K, K]``. Columns go in order of decreasing input
     energy (H's diagonal), the usual order that helps most."""
+    if weight.dim() != 2 or scale.shape != weight.shape:
+        raise ValueError(f"weight must be 2-D and scale of its shape, got {tuple(weight.shape)} and "
+                         f"{tuple(scale.shape)}")
+    k = weight.shape[1]
+    if hessian.shape != (k, k):
+        raise ValueError(f"hessian must be [{k}, {k}], got {tuple(hessian.shape)}")
     if not torch.isfinite(weight).all():
         raise ValueError("weight has non-finite values: GPTQ rounding needs a finite weight")
-    k = weight.shape[1]
     h = hessian.double().clone()
     dead = h.diagonal() == 0  # inputs that were always 0: round to nearest, pass no error on
     live = h.diagonal()[~dead]
@@ -90,11 +95,10 @@ def round_weight(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, 
     w = weight.double()[:, order].clone()
     s = scale.double()[:, order]
     h_inv = _inverse_cholesky(h[order][:, order])
-    codes = torch.empty(w.shape, dtype=dtype, device=w.device)
     if h_inv is None:
         warnings.warn("GPTQ: the calibration Hessian does not factor; this layer is rounded to nearest", stacklevel=2)
-        codes = saturating_cast(w / s, dtype)
-        return codes[:, torch.argsort(order)]
+        return saturating_cast(w / s, dtype)[:, torch.argsort(order)]
+    codes = torch.empty(w.shape, dtype=dtype, device=w.device)
     for start in range(0, k, COLUMN_BLOCK):
         end = min(start + COLUMN_BLOCK, k)
         block = w[:, start:end]  # a view: the loop updates w in place
@@ -117,8 +121,6 @@ def gptq_round_layer(layer: FP8Linear, weight: torch.Tensor, hessian: torch.Tens
     k = layer.in_features
     if weight.shape != (layer.out_features, k):
         raise ValueError(f"weight must be [{layer.out_features}, {k}], got {tuple(weight.shape)}")
-    if hessian.shape != (k, k):
-        raise ValueError(f"hessian must be [{k}, {k}], got {tuple(hessian.shape)}")
     granularity = "block" if layer.recipe.weight_granularity == "block" else None
     scale = quantize_api.dequantize(torch.ones_like(layer.weight), layer.weight_scale, granularity, cols=k)
     codes = round_weight(weight.to(layer.weight.device), scale, layer.weight.dtype,
