@@ -27,8 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fp8ext.nn.gptq import gptq_round_layer
-from fp8ext.nn.linear import FP8Linear
+from fp8ext.nn.gptq import fp8_layer
 from fp8ext.recipes import BlockWise, CurrentScaling, Recipe, RowWise
 
 DEFAULT_CANDIDATES = (("per-tensor", CurrentScaling()), ("row-wise", RowWise()), ("block-wise", BlockWise()))
@@ -69,16 +68,9 @@ def causal_lm_loss(output, batch) -> torch.Tensor:
                            reduction="sum")
 
 
-def candidate_layer(module: nn.Linear, recipe: Recipe, hessian: torch.Tensor | None = None) -> FP8Linear:
-    """``module`` as an FP8Linear of ``recipe``, its weight GPTQ-rounded when a Hessian is given."""
-    layer = FP8Linear.from_linear(module, recipe)
-    if hessian is not None:
-        gptq_round_layer(layer, module.weight.detach(), hessian)
-    return layer
-
-
 def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
-                   loss_fn: Callable | None = None, hessians: dict | None = None) -> dict:
+                   loss_fn: Callable | None = None, hessians: dict | None = None,
+                   layers: dict | None = None) -> dict:
     """name -> {label: estimated relative perplexity (loss) increase from quantizing that layer alone}.
 
     Runs forward and backward on every batch (the gradients go only to the layers'
@@ -88,16 +80,17 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
     A layer the batches never ran (or that does not reach the loss) gets inf.
     With ``hessians`` (:func:`fp8ext.nn.gptq.input_hessians`) the candidates'
     weights are GPTQ-rounded; those layers are made once and kept (one byte per
-    weight per candidate) instead of once per batch."""
+    weight per candidate) in ``layers`` ((name, label) -> FP8Linear, a dict the
+    caller may pass to reuse the chosen ones) instead of once per batch."""
     cands = _candidates(candidates)
     hessians = {} if hessians is None else hessians
-    kept = {}
+    kept = {} if layers is None else layers
 
     def layer_for(name, label, recipe):
         if name not in hessians:  # FP8 weights made per call: never the whole model at once
-            return FP8Linear.from_linear(model.get_submodule(name), recipe)
+            return fp8_layer(model.get_submodule(name), recipe)
         if (name, label) not in kept:
-            kept[name, label] = candidate_layer(model.get_submodule(name), recipe, hessians[name])
+            kept[name, label] = fp8_layer(model.get_submodule(name), recipe, hessians[name])
         return kept[name, label]
 
     loss_fn = loss_fn if loss_fn is not None else causal_lm_loss
@@ -147,13 +140,14 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
 
 
 def choose_recipes(model: nn.Module, names: list, calibration, max_error: float, candidates=None,
-                   loss_fn: Callable | None = None, hessians: dict | None = None) -> AutoChoice:
+                   loss_fn: Callable | None = None, hessians: dict | None = None,
+                   layers: dict | None = None) -> AutoChoice:
     if calibration is None:
         raise ValueError("recipe='auto' needs calibration batches (calibration=...)")
     if not isinstance(max_error, (int, float)) or isinstance(max_error, bool) or not max_error > 0:
         raise ValueError(f"max_error must be a positive number, got {max_error!r}")
     cands = _candidates(candidates)
-    errors = measure_errors(model, names, calibration, cands, loss_fn, hessians)
+    errors = measure_errors(model, names, calibration, cands, loss_fn, hessians, layers)
     return choose_from_errors(model, names, errors, max_error, cands)
 
 

@@ -9,8 +9,7 @@ from typing import Callable, Iterable, Union
 
 from torch import nn
 
-from fp8ext.nn.gptq import gptq_round_layer, input_hessians
-from fp8ext.nn.linear import FP8Linear
+from fp8ext.nn.gptq import fp8_layer, input_hessians
 from fp8ext.recipes import CurrentScaling, Recipe
 
 # A name pattern (fnmatch, on the module's qualified name) or a predicate (name, module) -> bool.
@@ -101,13 +100,7 @@ WEIGHT_ROUNDINGS = ("nearest", "gptq")
 
 def replace_linear(model: nn.Module, name: str, recipe: Recipe, hessian=None) -> None:
     """Swaps the nn.Linear ``name`` for an FP8Linear; its weight GPTQ-rounded when a Hessian is given."""
-    parent_name, _, child = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    linear = getattr(parent, child)
-    layer = FP8Linear.from_linear(linear, recipe)
-    if hessian is not None:
-        gptq_round_layer(layer, linear.weight.detach(), hessian)
-    setattr(parent, child, layer)
+    model.set_submodule(name, fp8_layer(model.get_submodule(name), recipe, hessian))
 
 
 def _weight_rounding(weight_rounding, recipe, calibration) -> str:
@@ -176,7 +169,8 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
     if recipe == "auto":
         from fp8ext.nn.auto import choose_recipes  # noqa: PLC0415 (calibration machinery, only for auto)
 
-        choice = choose_recipes(model, targets, calibration, max_error, candidates, loss_fn, hessians)
+        measured = {}  # (name, label) -> the GPTQ-rounded layer auto measured: reused, not rounded again
+        choice = choose_recipes(model, targets, calibration, max_error, candidates, loss_fn, hessians, measured)
         summary.errors = choice.errors
         summary.fp8_flop_fraction = choice.fp8_flop_fraction
         summary.estimated_increase = choice.estimated_increase
@@ -186,7 +180,11 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
             elif choice.recipes[name] is None:
                 summary.skipped.append((name, f"kept to stay within max_error={max_error}"))
             else:
-                replace_linear(model, name, choice.recipes[name], hessians.get(name))
+                layer = measured.get((name, choice.labels[name]))
+                if layer is None:
+                    replace_linear(model, name, choice.recipes[name])
+                else:
+                    model.set_submodule(name, layer)
                 summary.converted.append((name, choice.recipes[name]))
         return summary
     for name in targets:

@@ -113,6 +113,15 @@ def round_weight(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, 
     return codes[:, torch.argsort(order)]
 
 
+def fp8_layer(linear: nn.Linear, recipe, hessian: torch.Tensor | None = None) -> FP8Linear:
+    """``linear`` as an FP8Linear of ``recipe``: weights rounded to nearest, or
+    with GPTQ when the Hessian of its inputs (:func:`input_hessians`) is given."""
+    layer = FP8Linear.from_linear(linear, recipe)
+    if hessian is not None:
+        gptq_round_layer(layer, linear.weight.detach(), hessian)
+    return layer
+
+
 def gptq_round_layer(layer: FP8Linear, weight: torch.Tensor, hessian: torch.Tensor) -> None:
     """Re-rounds ``layer``'s FP8 weight (made from ``weight`` by
     :meth:`FP8Linear.from_linear`) with GPTQ, in place, keeping its scales."""
