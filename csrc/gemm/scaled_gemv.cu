@@ -4,19 +4,28 @@
 // N / 64 tiles leave SMs idle (4096 x 4096: 64 CTAs on 132 SMs).
 //
 // Here each warp owns kRows rows of B (output columns) and walks all of K:
-// lane l takes the 16-byte chunks l, l + 32, ... of each of its rows
-// (streaming loads, kRows x 2 in flight per lane), converts the FP8 codes to
-// fp32 in registers and accumulates against A's rows (up to kMaxM, read
-// through L1: every warp of an SM reads the same A), in fp32, then the warp
-// reduces and applies the scales and bias. Products of two FP8 codes are
-// exact in fp32, so this accumulates more precisely than the tensor cores'
-// FP8 MMA. M > kMaxM runs in groups of kMaxM rows of A, each reading all of B
-// again: correct at any M, meant for M <= kMaxM.
+// lane l takes the 16-byte chunks l, l + 32, ... of each of its rows, with
+// kLoadsInFlight streaming loads issued before any is used (the first version,
+// 4 rows per warp and 8 loads per lane, left too few bytes in flight: N = 4096
+// gave only 1024 warps, about 8 per SM). The FP8 codes are converted to fp32
+// in registers and accumulated against A's rows (up to kMaxM, read through L1:
+// every warp of an SM reads the same A), in fp32, then the warp reduces and
+// applies the scales and bias. Products of two FP8 codes are exact in fp32, so
+// this accumulates more precisely than the tensor cores' FP8 MMA. M > kMaxM
+// runs in groups of kMaxM rows of A, each reading all of B again: correct at
+// any M, meant for M <= kMaxM.
+//
+// The weight does not depend on the kernel before in the stream, so before
+// waiting for it (PDL) each warp asks L2 for the lines of its first round of
+// loads: with PDL the fetch overlaps the previous kernel. Only a prefetch may
+// come before the wait: L2 is where every SM's writes land, so a prefetched
+// line cannot be stale, while L1 is not coherent and is not touched until then.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "../quant/quant_common.cuh"  // to_float / from_float
 #include "fp8ext/cuda_launch.h"
@@ -25,8 +34,8 @@
 namespace fp8ext::cuda {
 namespace {
 
-constexpr int kRows = 4;   // rows of B per warp
-constexpr int kWarps = 8;  // warps per block
+constexpr int kWarps = 8;           // warps per block
+constexpr int kLoadsInFlight = 8;   // 16-byte loads of B per lane issued before any is used
 constexpr int kChunk = detail::kChunk;  // 16 FP8 codes: one 16-byte load
 
 struct GemvArgs {
@@ -60,32 +69,63 @@ __device__ __forceinline__ void e4m3_to_float(const uint4& w, float (&v)[kChunk]
   }
 }
 
+// Rows of B per warp, by N: enough warps to keep every SM's loads in flight.
+// FP8EXT_GEMV_ROWS=1|2|4 overrides it (read at each call, for timing scripts).
+int gemv_rows(int64_t n) {
+  if (const char* v = std::getenv("FP8EXT_GEMV_ROWS")) {
+    const int r = std::atoi(v);
+    if (r == 1 || r == 2 || r == 4) return r;
+  }
+  return n <= 16384 ? 1 : 2;
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // kM rows of A against kRows rows of B per warp.
-template <int kM, typename D>
+template <int kM, int kRows, typename D>
 __global__ void __launch_bounds__(kWarps * 32) scaled_gemv_kernel(GemvArgs g) {
-  begin_dependent_kernel();
+  constexpr int kU = kLoadsInFlight / kRows;  // chunks per row per round, 32 apart
   const int lane = threadIdx.x % 32;
   const int64_t n0 = (int64_t{blockIdx.x} * kWarps + threadIdx.x / 32) * kRows;
+  const int64_t chunks = g.k / kChunk;
+  // Rows past N repeat the last one (their sums are not written).
+  auto row = [&](int r) { return g.b + (n0 + r < g.n ? n0 + r : g.n - 1) * g.ldb; };
+  if (n0 < g.n && lane % 8 == 0) {  // one lane per 128-byte line of the first round
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+        if (lane + 32 * u < chunks) prefetch_l2(row(r) + (lane + 32 * u) * kChunk);
+  }
+  begin_dependent_kernel();
   if (n0 >= g.n) return;
   float acc[kRows][kM] = {};
-  const int64_t chunks = g.k / kChunk;
-#pragma unroll 2
-  for (int64_t c = lane; c < chunks; c += 32) {
-    uint4 w[kRows];
+  for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kU) {
+    uint4 w[kU][kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)  // rows past N repeat the last one (their sums are not written)
-      w[r] = __ldcs(reinterpret_cast<const uint4*>(g.b + (n0 + r < g.n ? n0 + r : g.n - 1) * g.ldb) + c);
-    float x[kM][kChunk];
+    for (int u = 0; u < kU; ++u)
 #pragma unroll
-    for (int m = 0; m < kM; ++m) e4m3_to_float(__ldg(reinterpret_cast<const uint4*>(g.a + m * g.lda) + c), x[m]);
+      for (int r = 0; r < kRows; ++r)
+        w[u][r] = c0 + 32 * u < chunks ? __ldcs(reinterpret_cast<const uint4*>(row(r)) + c0 + 32 * u)
+                                       : make_uint4(0, 0, 0, 0);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      float wf[kChunk];
-      e4m3_to_float(w[r], wf);
+    for (int u = 0; u < kU; ++u) {
+      const int64_t c = c0 + 32 * u;
+      if (c >= chunks) break;
+      float x[kM][kChunk];
 #pragma unroll
-      for (int m = 0; m < kM; ++m)
+      for (int m = 0; m < kM; ++m) e4m3_to_float(__ldg(reinterpret_cast<const uint4*>(g.a + m * g.lda) + c), x[m]);
 #pragma unroll
-        for (int i = 0; i < kChunk; ++i) acc[r][m] = fmaf(wf[i], x[m][i], acc[r][m]);
+      for (int r = 0; r < kRows; ++r) {
+        float wf[kChunk];
+        e4m3_to_float(w[u][r], wf);
+#pragma unroll
+        for (int m = 0; m < kM; ++m)
+#pragma unroll
+          for (int i = 0; i < kChunk; ++i) acc[r][m] = fmaf(wf[i], x[m][i], acc[r][m]);
+      }
     }
   }
 #pragma unroll
@@ -108,9 +148,21 @@ __global__ void __launch_bounds__(kWarps * 32) scaled_gemv_kernel(GemvArgs g) {
     }
 }
 
+template <int kM, typename D>
+cudaError_t launch_m(const GemvArgs& g, int rows, cudaStream_t stream) {
+  const dim3 block(kWarps * 32);
+  auto grid = [&](int r) { return dim3(static_cast<unsigned>((g.n + kWarps * r - 1) / (kWarps * r))); };
+  switch (rows) {
+    case 1: return launch(scaled_gemv_kernel<kM, 1, D>, grid(1), block, stream, g);
+    case 2: return launch(scaled_gemv_kernel<kM, 2, D>, grid(2), block, stream, g);
+    case 4: return launch(scaled_gemv_kernel<kM, 4, D>, grid(4), block, stream, g);
+  }
+  return cudaErrorInvalidValue;
+}
+
 template <typename D>
 cudaError_t launch_groups(GemvArgs g, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((g.n + kWarps * kRows - 1) / (kWarps * kRows))), block(kWarps * 32);
+  const int rows_per_warp = gemv_rows(g.n);
   const int64_t rows = g.m;
   for (int64_t m0 = 0; m0 < rows; m0 += kGemvMaxM) {
     GemvArgs part = g;
@@ -120,10 +172,10 @@ cudaError_t launch_groups(GemvArgs g, cudaStream_t stream) {
     part.d = static_cast<D*>(g.d) + m0 * g.ldd;
     cudaError_t err = cudaErrorInvalidValue;
     switch (part.m) {
-      case 1: err = launch(scaled_gemv_kernel<1, D>, grid, block, stream, part); break;
-      case 2: err = launch(scaled_gemv_kernel<2, D>, grid, block, stream, part); break;
-      case 3: err = launch(scaled_gemv_kernel<3, D>, grid, block, stream, part); break;
-      case 4: err = launch(scaled_gemv_kernel<4, D>, grid, block, stream, part); break;
+      case 1: err = launch_m<1, D>(part, rows_per_warp, stream); break;
+      case 2: err = launch_m<2, D>(part, rows_per_warp, stream); break;
+      case 3: err = launch_m<3, D>(part, rows_per_warp, stream); break;
+      case 4: err = launch_m<4, D>(part, rows_per_warp, stream); break;
     }
     if (err != cudaSuccess) return err;
   }

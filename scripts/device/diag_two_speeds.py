@@ -1,0 +1,77 @@
+"""Which process state gives the quantize kernels their fast speed (bench/NOTES.md,
+"two speeds")? Each case runs in a fresh subprocess: it builds bench_quantize's
+16384x8192 bf16 input, optionally does one thing first, then times static and
+per-tensor current quantization (benchlib.time_ms) three times.
+
+    python3 scripts/device/diag_two_speeds.py [--out DIR]
+"""
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+CHILD = r"""
+import os, sys, time, torch
+sys.path.insert(0, os.path.join({here!r}, "..", "..", "bench"))
+from benchlib import time_ms
+import bench_quantize
+import fp8ext
+F8 = torch.float8_e4m3fn
+ops = torch.ops.fp8ext
+case = {case!r}
+if case == "alloc_first":  # the input is the process's first big allocation, made in its final dtype
+    x = torch.empty(16384, 8192, dtype=torch.bfloat16, device="cuda")
+torch.manual_seed(0)
+m, k = 16384, 8192
+src = (torch.randn(m, k, device="cuda") * torch.exp2(torch.randint(-4, 4, (m, k), device="cuda").float())).to(torch.bfloat16)
+if case == "alloc_first":
+    x.copy_(src); del src
+else:
+    x = src
+s = torch.tensor(0.05, device="cuda")
+if case == "scratch_4gb":
+    scratch = [torch.empty(512 << 20, dtype=torch.uint8, device="cuda") for _ in range(8)]; del scratch
+if case == "compile_small":  # a Triton kernel on a tiny tensor
+    torch.compile(lambda t: t * 2 + 1)(torch.ones(1024, device="cuda")); torch.cuda.synchronize()
+if case == "compile_static":  # bench_quantize's anchor on the real input
+    torch.compile(bench_quantize.plain_static, dynamic=False)(x, s); torch.cuda.synchronize()
+if case == "scratch_then_compile":  # diag_quant_env.py's sequence
+    scratch = [torch.empty(512 << 20, dtype=torch.uint8, device="cuda") for _ in range(8)]; del scratch
+    torch.compile(bench_quantize.plain_static, dynamic=False)(x, s); torch.cuda.synchronize()
+if case == "empty_cache":
+    torch.cuda.empty_cache()
+if case == "sleep_2s":
+    time.sleep(2)
+res = []
+for _ in range(3):
+    st = time_ms(lambda: ops.quantize_with_scale(x, s, F8, 0)) * 1e3
+    pt = time_ms(lambda: ops.quantize_per_tensor(x, F8, 0, False, 0)) * 1e3
+    res.append((round(st, 1), round(pt, 1)))
+print("RESULT", res, hex(x.data_ptr()))
+"""
+
+CASES = [
+    ("baseline", {}), ("pdl_off", {"FP8EXT_PDL": "0"}),
+    ("expandable_segments", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+    ("alloc_first", {}), ("compile_small", {}), ("scratch_then_compile", {}), ("empty_cache", {}),
+]
+
+
+def main():
+    out = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else None
+    rows = []
+    for name, env in CASES:
+        p = subprocess.run([sys.executable, "-c", CHILD.format(here=HERE, case=name)], capture_output=True, text=True,
+                           env={**os.environ, **env}, timeout=240)
+        line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT")]
+        print(f"{name:22s} {line[0] if line else 'FAILED ' + p.stderr[-600:]}", flush=True)
+        rows.append({"case": name, "env": env, "result": line[0] if line else p.stderr[-2000:]})
+    if out:
+        with open(os.path.join(out, "two_speeds.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
