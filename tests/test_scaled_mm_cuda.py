@@ -69,17 +69,30 @@ def test_gemv_every_m_group_shape_and_scale_kind(m, n, k, out_dtype, per_row_a, 
     check(m, n, k, out_dtype, per_row_a, per_row_b, bias, config="gemv", seed=seed)
 
 
-def test_auto_with_the_gemv_opted_in(monkeypatch, seed):
-    """FP8EXT_GEMV=1: auto runs the GEMV for M <= 4 (its fp32 sums differ from the tensor cores' in
-    the last bits, so equal bits show which kernel ran), the tensor-core kernels above."""
+@pytest.mark.parametrize("env,m,want,other", [(None, 1, "gemv", "swap_small"), (None, 2, "swap_small", "gemv"),
+                                               ("1", 3, "gemv", "swap_medium"), ("1", 5, "swap_small", "gemv"),
+                                               ("0", 1, "swap_small", "gemv")])
+def test_auto_takes_the_gemv_at_m_1(monkeypatch, env, m, want, other, seed):
+    """Auto runs the CUDA-core GEMV at M = 1 (FP8EXT_GEMV=1: up to M = 4; =0: never), the
+    tensor-core kernels above; the GEMV's fp32 sums differ from the tensor cores' in the last
+    bits, so equal bits show which kernel ran."""
     g = torch.Generator().manual_seed(seed)
-    for m, want in ((3, "gemv"), (5, "swap_small")):
-        a, b, sa, sb, bias = operands(m, 776, 384, "cuda", F8, F8, True, True, torch.bfloat16, g)
-        monkeypatch.setenv("FP8EXT_GEMV", "1")
-        auto = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
-        monkeypatch.delenv("FP8EXT_GEMV")
-        assert torch.equal(auto, fp8ext.scaled_mm(a, b, sa, sb, bias=bias, config=want)), m
-        assert not torch.equal(auto, fp8ext.scaled_mm(a, b, sa, sb, bias=bias, config="swap_medium" if m == 3 else "gemv"))
+    a, b, sa, sb, bias = operands(m, 776, 384, "cuda", F8, F8, True, True, torch.bfloat16, g)
+    if env is not None:
+        monkeypatch.setenv("FP8EXT_GEMV", env)
+    auto = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+    monkeypatch.delenv("FP8EXT_GEMV", raising=False)
+    assert torch.equal(auto, fp8ext.scaled_mm(a, b, sa, sb, bias=bias, config=want))
+    assert not torch.equal(auto, fp8ext.scaled_mm(a, b, sa, sb, bias=bias, config=other))
+
+
+@pytest.mark.parametrize("rows_per_warp", ["1", "2", "4"])
+def test_gemv_rows_per_warp_variants(monkeypatch, rows_per_warp, seed):
+    """Every rows-per-warp variant of the GEMV (FP8EXT_GEMV_ROWS, for timing) is correct, with
+    N not a multiple of the rows a block takes."""
+    monkeypatch.setenv("FP8EXT_GEMV_ROWS", rows_per_warp)
+    for m in (1, 4, 5):
+        check(m, 1000, 4100, torch.bfloat16, True, True, True, config="gemv", seed=seed)
 
 
 @pytest.mark.parametrize("config", ["wide_fast_accum", "large_n192", "large_cluster_n"])

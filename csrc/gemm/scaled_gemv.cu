@@ -69,14 +69,17 @@ __device__ __forceinline__ void e4m3_to_float(const uint4& w, float (&v)[kChunk]
   }
 }
 
-// Rows of B per warp, by N: enough warps to keep every SM's loads in flight.
-// FP8EXT_GEMV_ROWS=1|2|4 overrides it (read at each call, for timing scripts).
-int gemv_rows(int64_t n) {
+// Rows of B per warp: 2 was fastest at M = 1 on every Llama-3.1-8B decode
+// layer (run 7740452, us for 1 / 2 / 4 rows: 6144x4096 10.4 / 9.5 / 12.2,
+// 4096x4096 7.8 / 6.5 / 11.1, 28672x4096 35.2 / 32.0 / 32.4, 4096x14336
+// 21.0 / 17.3 / 36.2). FP8EXT_GEMV_ROWS=1|2|4 overrides it (read at each call,
+// for scripts/device/time_gemv.py).
+int gemv_rows() {
   if (const char* v = std::getenv("FP8EXT_GEMV_ROWS")) {
     const int r = std::atoi(v);
     if (r == 1 || r == 2 || r == 4) return r;
   }
-  return n <= 16384 ? 1 : 2;
+  return 2;
 }
 
 __device__ __forceinline__ void prefetch_l2(const void* p) {
@@ -162,7 +165,7 @@ cudaError_t launch_m(const GemvArgs& g, int rows, cudaStream_t stream) {
 
 template <typename D>
 cudaError_t launch_groups(GemvArgs g, cudaStream_t stream) {
-  const int rows_per_warp = gemv_rows(g.n);
+  const int rows_per_warp = gemv_rows();
   const int64_t rows = g.m;
   for (int64_t m0 = 0; m0 < rows; m0 += kGemvMaxM) {
     GemvArgs part = g;

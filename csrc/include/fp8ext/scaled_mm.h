@@ -58,9 +58,9 @@ enum class GemmConfig : int {
   kLargeN192 = 6,      // 128x192x128 tile, 2x1 cluster, cooperative (fewer, larger tiles than kLarge)
   kLargeClusterN = 7,  // 128x128x128 tile, 1x2 cluster (the pair shares A): M of one tile row
   // E4M3 x E4M3, any output dtype:
-  kGemv = 8,  // no tensor cores: a warp streams 4 rows of B against up to 4 rows of A (decode, M <= 4;
-              // larger M in groups of 4). kAuto takes it for M <= 4 only with FP8EXT_GEMV=1 (slower
-              // than kSwapSmall as written: scaled_mm_dispatch.cu)
+  kGemv = 8,  // no tensor cores: a warp streams 2 rows of B against up to 4 rows of A (decode;
+              // larger M in groups of 4). kAuto takes it at M = 1 (FP8EXT_GEMV=0: never, =1: M <= 4;
+              // scaled_mm_dispatch.cu has the measurements)
   kLastConfig = kGemv,
 };
 
