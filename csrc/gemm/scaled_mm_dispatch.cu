@@ -30,12 +30,14 @@
 //                             (4096x6144x4096: 156 us = 1323 TFLOP/s), unless the last wave
 //                             would be > 10% idle (see large_m_config)
 //
-//   M == 1       kGemv        CUDA cores, a warp per 2 rows of B (scaled_gemv.cu); run 7740452
-//                             (scripts/device/time_gemv.py, us, gemv vs swap_small): 1x6144x4096
-//                             9.5 vs 9.9, 1x4096x4096 6.5 vs 7.7, 1x28672x4096 32.0 vs 32.5,
-//                             1x4096x14336 17.3 vs 19.8. At M = 2 to 4 swap_small wins (2x4096x4096
-//                             8.7 vs 7.7, 4x28672x4096 57.1 vs 33.0): FP8EXT_GEMV=1 takes the GEMV
-//                             up to M = 4 anyway, FP8EXT_GEMV=0 never.
+//   M == 1       kGemv        with FP8EXT_GEMV=1 only: CUDA cores, a warp per 2 rows of B
+//                             (scaled_gemv.cu). Alone it beats kSwapSmall on every 8B decode layer
+//                             (run 7740452, scripts/device/time_gemv.py, us): 1x6144x4096 9.5 vs 9.9,
+//                             1x4096x4096 6.5 vs 7.7, 1x28672x4096 32.0 vs 32.5, 1x4096x14336 17.3
+//                             vs 19.8; but the engine's batch-1 decode step (run 4b3612e) took
+//                             3.646 ms with it and 3.608 without, so it stays opt-in. At M = 2 to 4
+//                             kSwapSmall wins outright (2x4096x4096 8.7 vs 7.7, 4x28672x4096 57.1
+//                             vs 33.0).
 //
 // fp32 output has kLarge and kSwapMedium only; E5M2 operands (fp32 output) kLarge only.
 // kWideFastAccum, kLargeN192 and kLargeClusterN are instantiated for bf16 only.
@@ -54,14 +56,12 @@ namespace {
 
 using gemm::Kernel;
 
-// The largest M kAuto gives the CUDA-core GEMV: 1 (the table above), 0 with
-// FP8EXT_GEMV=0, kGemvMaxM with FP8EXT_GEMV=1. Read at each call, so a
-// benchmark can compare the ways in one process.
-int64_t gemv_max_m() {
+// kAuto takes the CUDA-core GEMV at M = 1 only when FP8EXT_GEMV=1 (the table
+// above: faster alone, not in the decode step). Read at each call, so a
+// benchmark can compare both ways in one process.
+bool gemv_opted_in() {
   const char* v = std::getenv("FP8EXT_GEMV");
-  if (v && std::strcmp(v, "0") == 0) return 0;
-  if (v && std::strcmp(v, "1") == 0) return kGemvMaxM;
-  return 1;
+  return v && std::strcmp(v, "1") == 0;
 }
 
 // SMs of the current device (132 on an H200).
@@ -182,7 +182,7 @@ bool scaled_mm_has_config(const ScaledMmProblem& p, GemmConfig config) {
 
 GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p) {
   GemmConfig c = large_m_config(p);
-  if (p.m <= gemv_max_m() && has_config(p, GemmConfig::kGemv)) return GemmConfig::kGemv;
+  if (p.m == 1 && gemv_opted_in() && has_config(p, GemmConfig::kGemv)) return GemmConfig::kGemv;
   if (p.m <= 16) c = GemmConfig::kSwapSmall;
   else if (p.m <= 64) c = GemmConfig::kSwapMedium;
   else if (p.m <= 128) c = one_tile_row_config(p);
