@@ -2,6 +2,8 @@
 projections) and, where its packages are installed, on the real SmolLM2-135M
 (token-for-token against Hugging Face generate(), perplexity budgets)."""
 import importlib.util
+import json
+import os
 
 import pytest
 import torch
@@ -325,3 +327,31 @@ def test_bench_serve_needs_a_gpu_and_says_so(capsys):
     from fp8ext import cli
     assert cli.main(["bench", "serve", "--quick"]) == 1
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_bench_serve_cli_passes_the_sweep_and_checks_it(monkeypatch, capsys, tmp_path):
+    """--batches/--contexts/--modes reach bench.run (a full sweep can be split by context over
+    device calls); bad values are refused with a message, before anything runs."""
+    from fp8ext import cli
+    from fp8ext.serving import bench
+    seen = {}
+    monkeypatch.setattr(bench, "run", lambda out, **kw: seen.update(kw, out=out))
+    assert cli.main(["bench", "serve", "--out", str(tmp_path), "--contexts", "16384", "--modes", "bf16"]) == 0
+    assert seen["sweep"] == {"batches": bench.FULL["batches"], "contexts": (16384,)} and seen["modes"] == ("bf16",)
+    assert cli.main(["bench", "serve", "--quick", "--batches", "8"]) == 0
+    assert seen["sweep"] == {"batches": (8,), "contexts": bench.QUICK["contexts"]} and seen["modes"] == tuple(bench.MODES)
+    monkeypatch.undo()
+    assert cli.main(["bench", "serve", "--modes", "fp4"]) == 1
+    assert "modes must be a non-empty subset" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "serve", "--batches", "0"])
+    assert "expected a positive integer" in capsys.readouterr().err
+
+
+def test_bench_serve_saves_every_row_as_it_goes(tmp_path):
+    from fp8ext.serving import bench
+    rows = [{"op": "serve_decode", "batch": 1}]
+    path = bench._save(rows, str(tmp_path / "s"))
+    rows.append({"op": "serve_decode", "batch": 8})
+    bench._save(rows, str(tmp_path / "s"))
+    assert json.load(open(path)) == rows and os.listdir(tmp_path / "s") == ["serve.json"]

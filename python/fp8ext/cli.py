@@ -60,6 +60,13 @@ def _print_info(info: dict) -> None:
         print(f"    {name}: weights {r['weights']}, activations {r['activations']}")
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="fp8ext", description="FP8 inference on NVIDIA Hopper")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -72,6 +79,12 @@ def main(argv=None) -> int:
     p_serve.add_argument("--quick", action="store_true", help="batch 1 and 64 at context 4096 only")
     p_serve.add_argument("--layers", type=int, default=32, help="decoder layers (32: the real depth)")
     p_serve.add_argument("--budget-gb", type=float, default=80.0, help="memory budget for the max-batch column")
+    p_serve.add_argument("--batches", type=_positive_int, nargs="+",
+                         help="batch sizes (default: the full sweep's 1 8 32 64 128 256)")
+    p_serve.add_argument("--contexts", type=_positive_int, nargs="+",
+                         help="context lengths (default: the full sweep's 1024 4096 16384 32768); a sweep split "
+                              "by context fits one device call per part")
+    p_serve.add_argument("--modes", nargs="+", help="precision modes (default: all of bf16 bf16+fp8kv w8a8 w8a8+fp8kv)")
     p_report = sub.add_parser("report", help="the FP8 serving study: Markdown, HTML and plots")
     p_report.add_argument("--out", default="fp8ext-report", help="output folder")
     p_report.add_argument("--quick", action="store_true", help="small slices (about 5 minutes on 2 CPU cores)")
@@ -88,9 +101,12 @@ def main(argv=None) -> int:
         return 0
     if args.command == "bench":
         from fp8ext.serving import bench
+        base = bench.QUICK if args.quick else bench.FULL
+        sweep = dict(batches=tuple(args.batches or base["batches"]), contexts=tuple(args.contexts or base["contexts"]))
         try:
-            bench.run(args.out, quick=args.quick, num_layers=args.layers, memory_budget_gb=args.budget_gb)
-        except RuntimeError as e:
+            bench.run(args.out, num_layers=args.layers, memory_budget_gb=args.budget_gb,
+                      modes=tuple(args.modes or bench.MODES), sweep=sweep)
+        except (RuntimeError, ValueError) as e:
             print(f"fp8ext bench serve: {e}", file=sys.stderr)
             return 1
         return 0

@@ -119,10 +119,25 @@ def max_batch(cfg: LlamaConfig, weight_bytes: int, dtype, context: int, budget_b
     return max(0, (budget_bytes - weight_bytes) // per_seq)
 
 
+def _save(rows: list, out_dir: str) -> str:
+    """Writes the rows so far to out_dir/serve.json (replaced whole, so a sweep cut
+    short by a time limit keeps every row it finished)."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "serve.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(rows, f, indent=1)
+    os.replace(path + ".tmp", path)
+    return path
+
+
 def run(out_dir: str, quick: bool = False, num_layers: int = 32, repeats: int = 20,
         memory_budget_gb: float = 80.0, modes=tuple(MODES), sweep: dict | None = None) -> list:
     """Decode (and prefill) timings of every mode over `sweep` (batches x contexts;
-    default FULL, or QUICK with quick=True), written to out_dir/serve.json."""
+    default FULL, or QUICK with quick=True), written to out_dir/serve.json after
+    every row."""
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise ValueError(f"modes must be a non-empty subset of {list(MODES)}, got {list(modes)}")
     if not torch.cuda.is_available():
         raise RuntimeError("fp8ext bench serve needs a CUDA GPU (it times the H200 kernels)")
     sweep = sweep or (QUICK if quick else FULL)
@@ -148,9 +163,11 @@ def run(out_dir: str, quick: bool = False, num_layers: int = 32, repeats: int = 
                 else:
                     row.update(engine_decode(model, kv_dtype, batch, context, repeats))
                 rows.append(row)
+                _save(rows, out_dir)
                 print(row, flush=True)
         rows.append(dict(info, op="serve_prefill", mode=mode, prompt_tokens=1024,
                          ttft_ms=prefill_ms(model, kv_dtype, 1024)))
+        _save(rows, out_dir)
         print(rows[-1], flush=True)
         if model is not base:
             del model
@@ -162,11 +179,8 @@ def run(out_dir: str, quick: bool = False, num_layers: int = 32, repeats: int = 
                 continue
             rows.append(dict(info, op="serve_decode", mode="pytorch_bf16_reference", batch=batch, context=context,
                              **reference_decode(base, batch, context, repeats)))
+            _save(rows, out_dir)
             print(rows[-1], flush=True)
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, "serve.json")
-    with open(path, "w") as f:
-        json.dump(rows, f, indent=1)
     _print_table(rows)
     return rows
 
