@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fp8ext.nn.batches import batch_tokens, eval_mode, is_token_batch, run_model
 from fp8ext.nn.gptq import fp8_layer
 from fp8ext.recipes import BlockWise, CurrentScaling, Recipe, RowWise
 
@@ -57,12 +58,13 @@ def _candidates(candidates):
 
 
 def causal_lm_loss(output, batch) -> torch.Tensor:
-    """Next-token cross-entropy summed over tokens, for a [B, T] token batch and
-    [B, T, vocab] logits (or an output with ``.logits``, as Hugging Face returns)."""
+    """Next-token cross-entropy summed over tokens, for [B, T] token ids (the
+    batch, its first element, or its ``input_ids``) and [B, T, vocab] logits (or
+    an output with ``.logits``, as Hugging Face returns)."""
     logits = getattr(output, "logits", output)
-    ids = batch["input_ids"] if isinstance(batch, dict) else batch
-    if not (isinstance(logits, torch.Tensor) and logits.dim() == 3 and isinstance(ids, torch.Tensor)
-            and ids.shape == logits.shape[:2] and not ids.is_floating_point()):
+    ids = batch_tokens(batch)
+    if not (isinstance(logits, torch.Tensor) and logits.dim() == 3 and is_token_batch(ids)
+            and ids.shape == logits.shape[:2]):
         raise ValueError("the default loss needs [B, T] token ids and [B, T, vocab] logits: pass loss_fn")
     return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), ids[:, 1:].reshape(-1),
                            reduction="sum")
@@ -108,8 +110,8 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
             handles = [model.get_submodule(n).register_forward_hook(
                 lambda _m, args, out, n=n: captured.__setitem__(n, (args[0].detach(), out))) for n in names]
             try:
-                with torch.enable_grad():
-                    output = model(**batch) if isinstance(batch, dict) else model(batch)
+                with torch.enable_grad(), eval_mode(model):
+                    output = run_model(model, batch)
                     loss = loss_fn(output, batch)
                     ran = [n for n in names if n in captured]
                     grads = torch.autograd.grad(loss, [captured[n][1] for n in ran], allow_unused=True)
@@ -117,8 +119,7 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
                 for h in handles:
                     h.remove()
             seen += 1
-            ids = batch["input_ids"] if isinstance(batch, dict) else batch
-            tokens += ids[:, 1:].numel() if loss_fn is causal_lm_loss else 1
+            tokens += batch_tokens(batch)[:, 1:].numel() if loss_fn is causal_lm_loss else 1
             with torch.no_grad():
                 for n, g in zip(ran, grads):
                     if g is None:

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from fp8ext.formats import E4M3, FP8Format, get_format
+from fp8ext.nn.batches import eval_mode, run_model
 from fp8ext.nn.linear import FP8Linear
 from fp8ext.ops.reference import amax_finite, scale_from_amax
 
@@ -69,8 +70,9 @@ def _head_dim(model: nn.Module, head_dim: int | None) -> int | None:
 @torch.no_grad()
 def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim: int | None = None,
               progress: bool = True) -> CalibrationResult:
-    """Runs ``model`` on each batch (``model(batch)``, or ``model(**batch)`` for a
-    dict) and records the amax of every :class:`FP8Linear`'s input and of every
+    """Runs ``model`` on each batch in eval mode (``model(batch)``,
+    ``model(*batch)`` for a tuple or list, ``model(**batch)`` for a dict; each
+    module's own mode is restored afterwards) and records the amax of every :class:`FP8Linear`'s input and of every
     ``k_proj`` / ``v_proj`` output per KV head (the last name component must be
     exactly that: fused ``qkv_proj`` layers are not split).
 
@@ -116,11 +118,12 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
     handles = [m.register_forward_pre_hook(record_input(n)) for n, m in fp8_layers.items()]
     handles += [m.register_forward_hook(record_kv(n)) for n, m in kv_layers.items()]
     try:
-        with contextlib.ExitStack() as stack:
+        with contextlib.ExitStack() as stack, torch.no_grad():
+            stack.enter_context(eval_mode(model))
             for m in fp8_layers.values():
                 stack.enter_context(m.high_precision())
             for batch in _progress(batches, progress):
-                model(**batch) if isinstance(batch, dict) else model(batch)
+                run_model(model, batch)
                 result.batches += 1
     finally:
         for h in handles:

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from fp8ext import quantize as quantize_api
+from fp8ext.nn.batches import eval_mode, run_model
 from fp8ext.nn.linear import FP8Linear
 from fp8ext.ops.reference import saturating_cast
 
@@ -32,8 +33,9 @@ COLUMN_BLOCK = 128  # columns rounded together before their errors reach the res
 def input_hessians(model: nn.Module, names: list, batches: Iterable) -> dict:
     """name -> H = X^T X (float64, [in_features, in_features]) over every row that
     reached the layer ``model.get_submodule(name)`` while ``model`` ran the
-    batches (token-id tensors or dicts of model kwargs); a layer called twice
-    counts both calls. Layers no batch reached are left out. Memory: one float64
+    batches (token-id tensors, tuples of positional arguments or dicts of model
+    kwargs), in eval mode; a layer called twice counts both calls. Layers no
+    batch reached are left out. Memory: one float64
     K x K matrix per layer (about 2.6 GB per Llama-3.1-8B decoder layer, 1.6 of
     it down_proj's)."""
     hessians = {}
@@ -48,9 +50,9 @@ def input_hessians(model: nn.Module, names: list, batches: Iterable) -> dict:
     handles = [model.get_submodule(n).register_forward_pre_hook(
         lambda _m, args, kwargs, n=n: accumulate(n, args, kwargs), with_kwargs=True) for n in names]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), eval_mode(model):
             for batch in batches:
-                model(**batch) if isinstance(batch, dict) else model(batch)
+                run_model(model, batch)
     finally:
         for h in handles:
             h.remove()
