@@ -151,7 +151,8 @@ class TwoLayers(nn.Module):
 def test_convert_with_gptq_lowers_the_model_error_and_round_trips(seed):
     model = TwoLayers()
     mix = torch.randn(64, 64) / 8  # calibration and test inputs from one distribution
-    batches = (correlated_inputs(256, 64, mix) for _ in range(4))  # an iterator is fine: read once
+    calibration = [correlated_inputs(256, 64, mix) for _ in range(4)]
+    batches, batches_again = iter(calibration), iter(calibration)  # an iterator is fine: read once
     reference = TwoLayers()
     reference.load_state_dict(model.state_dict())
     x = correlated_inputs(512, 64, mix)
@@ -168,6 +169,11 @@ def test_convert_with_gptq_lowers_the_model_error_and_round_trips(seed):
         e_nearest = ((nearest(x) - want).norm() / want.norm()).item()
     assert e_gptq < 0.95 * e_nearest, (e_gptq, e_nearest)  # 300 seeds: median 0.85, worst 0.88
     assert torch.equal(model.unused.weight.view(torch.uint8), nearest.unused.weight.view(torch.uint8))
+    kept_on_cpu = TwoLayers()
+    kept_on_cpu.load_state_dict(reference.state_dict())
+    with pytest.warns(UserWarning, match="never reached"):
+        fp8ext.convert(kept_on_cpu, RowWise(), calibration=batches_again, weight_rounding="gptq", hessian_device="cpu")
+    assert torch.equal(kept_on_cpu.up.weight.view(torch.uint8), model.up.weight.view(torch.uint8))
     fresh = TwoLayers()
     fp8ext.convert(fresh, RowWise())
     fresh.load_state_dict(model.state_dict())
@@ -201,7 +207,10 @@ def test_gptq_on_the_gpu(seed, recipe):
     nearest = FP8Linear.from_linear(linear, recipe)
     layer = FP8Linear.from_linear(linear, recipe)
     (h,) = input_hessians(nn.Sequential(linear), ["0"], [x.bfloat16()]).values()
-    gptq_round_layer(layer, linear.weight.detach(), h)
+    (h_cpu,) = input_hessians(nn.Sequential(linear), ["0"], [x.bfloat16()], device="cpu").values()
+    assert h.device.type == "cuda" and h_cpu.device.type == "cpu"
+    torch.testing.assert_close(h_cpu, h.cpu())
+    gptq_round_layer(layer, linear.weight.detach(), h_cpu)  # H moves to the layer's device to round
     assert layer.weight.device.type == "cuda" and torch.equal(layer.weight_scale, nearest.weight_scale)
     want = x @ linear.weight.detach().float().T
     assert output_error(layer, x, want) < 0.85 * output_error(nearest, x, want)

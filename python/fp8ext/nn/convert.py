@@ -117,7 +117,7 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
             include: Selector | Iterable[Selector] | None = None,
             exclude: Selector | Iterable[Selector] | None = None, keep_lm_head: bool = True,
             calibration: Iterable | None = None, max_error: float = 0.01, candidates=None,
-            loss_fn=None, weight_rounding: str | None = None) -> ConversionSummary:
+            loss_fn=None, weight_rounding: str | None = None, hessian_device=None) -> ConversionSummary:
     """Replaces eligible ``nn.Linear`` modules of ``model`` with :class:`FP8Linear`, in place.
 
     Selective precision by default: embeddings and normalization layers are not
@@ -146,7 +146,9 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
     kernels, an offline cost of one forward pass plus a few seconds per layer
     on a CPU; memory: one float64 K x K matrix per layer, and with auto one
     FP8 weight per candidate per layer). On SmolLM2-135M it cuts the
-    perplexity cost of row-wise W8A8 from +2.46% to +1.53%.
+    perplexity cost of row-wise W8A8 from +2.46% to +1.53%. ``hessian_device``
+    (e.g. ``"cpu"``) is where those K x K matrices are kept (default: with the
+    activations); each moves to its layer's device only while it is rounded.
 
     Static recipes start with ``input_scale = 1`` in every converted layer: run
     :func:`fp8ext.calibrate` (or set the ``input_scale`` buffers) before use.
@@ -165,7 +167,7 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
             raise ValueError("calibration is empty: weight_rounding='gptq' needs at least one batch")
     targets, skipped = select_linears(model, include, exclude, keep_lm_head)
     summary = ConversionSummary(skipped=skipped, weight_rounding=rounding)
-    hessians = input_hessians(model, targets, calibration) if rounding == "gptq" else {}
+    hessians = input_hessians(model, targets, calibration, hessian_device) if rounding == "gptq" else {}
     if recipe == "auto":
         from fp8ext.nn.auto import choose_recipes  # noqa: PLC0415 (calibration machinery, only for auto)
 

@@ -30,22 +30,28 @@ DAMPING = 0.01  # added to H's diagonal, as a fraction of its mean: keeps H inve
 COLUMN_BLOCK = 128  # columns rounded together before their errors reach the rest (a speed knob only)
 
 
-def input_hessians(model: nn.Module, names: list, batches: Iterable) -> dict:
+def input_hessians(model: nn.Module, names: list, batches: Iterable, device=None) -> dict:
     """name -> H = X^T X (float64, [in_features, in_features]) over every row that
     reached the layer ``model.get_submodule(name)`` while ``model`` ran the
     batches (token-id tensors, tuples of positional arguments or dicts of model
     kwargs), in eval mode; a layer called twice counts both calls. Layers no
     batch reached are left out. Memory: one float64
     K x K matrix per layer (about 2.6 GB per Llama-3.1-8B decoder layer, 1.6 of
-    it down_proj's)."""
+    it down_proj's, 85 GB for the model) on ``device`` (default: where the
+    layer's inputs are; ``"cpu"`` keeps only one layer's X^T X at a time on the
+    GPU)."""
     hessians = {}
 
     def accumulate(name, args, kwargs):
         x = args[0] if args else kwargs["input"]
         x = x.detach().reshape(-1, x.shape[-1]).double()
+        where = x.device if device is None else torch.device(device)
         if name not in hessians:
-            hessians[name] = torch.zeros(x.shape[1], x.shape[1], dtype=torch.float64, device=x.device)
-        hessians[name].addmm_(x.T, x)
+            hessians[name] = torch.zeros(x.shape[1], x.shape[1], dtype=torch.float64, device=where)
+        if where == x.device:
+            hessians[name].addmm_(x.T, x)
+        else:  # X^T X where X is (fast), summed where H lives
+            hessians[name] += (x.T @ x).to(where)
 
     handles = [model.get_submodule(n).register_forward_pre_hook(
         lambda _m, args, kwargs, n=n: accumulate(n, args, kwargs), with_kwargs=True) for n in names]
