@@ -15,11 +15,9 @@
 // runs in groups of kMaxM rows of A, each reading all of B again: correct at
 // any M, meant for M <= kMaxM.
 //
-// The weight does not depend on the kernel before in the stream, so before
-// waiting for it (PDL) each warp asks L2 for the lines of its first round of
-// loads: with PDL the fetch overlaps the previous kernel. Only a prefetch may
-// come before the wait: L2 is where every SM's writes land, so a prefetched
-// line cannot be stale, while L1 is not coherent and is not touched until then.
+// Before waiting for the kernel before in the stream (PDL), each warp asks L2
+// for the lines of its first round of loads of the weight (`prefetch_l2`,
+// fp8ext/cuda_launch.h), so the fetch overlaps that kernel's end.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -80,10 +78,6 @@ int gemv_rows() {
     if (r == 1 || r == 2 || r == 4) return r;
   }
   return 2;
-}
-
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 // kM rows of A against kRows rows of B per warp.

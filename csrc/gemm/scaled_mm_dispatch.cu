@@ -30,14 +30,17 @@
 //                             (4096x6144x4096: 156 us = 1323 TFLOP/s), unless the last wave
 //                             would be > 10% idle (see large_m_config)
 //
-//   M == 1       kGemv        with FP8EXT_GEMV=1 only: CUDA cores, a warp per 2 rows of B
-//                             (scaled_gemv.cu). Alone it beats kSwapSmall on every 8B decode layer
-//                             (run 7740452, scripts/device/time_gemv.py, us): 1x6144x4096 9.5 vs 9.9,
-//                             1x4096x4096 6.5 vs 7.7, 1x28672x4096 32.0 vs 32.5, 1x4096x14336 17.3
-//                             vs 19.8; but the engine's batch-1 decode step (run 4b3612e) took
-//                             3.646 ms with it and 3.608 without, so it stays opt-in. At M = 2 to 4
-//                             kSwapSmall wins outright (2x4096x4096 8.7 vs 7.7, 4x28672x4096 57.1
-//                             vs 33.0).
+//   M == 1       kGemv        CUDA cores, a warp per 2 rows of B (scaled_gemv.cu). Alone it beats
+//                             kSwapSmall on every 8B decode layer (run 7740452,
+//                             scripts/device/time_gemv.py, us): 1x6144x4096 9.5 vs 9.9, 1x4096x4096
+//                             6.5 vs 7.7, 1x28672x4096 32.0 vs 32.5, 1x4096x14336 17.3 vs 19.8. In
+//                             the engine's batch-1 decode step (W8A8 + FP8 KV, 4096 context, one
+//                             process, three rounds; run ba2fc51, scripts/device/ab_serve_env.py)
+//                             3.632-3.659 ms with it, 3.758-3.772 without. (Session 11 compared two
+//                             processes, 3.646 vs 3.608, and kept it opt-in: the process-to-process
+//                             spread is larger than the gain.) At M = 2 to 4 kSwapSmall wins outright
+//                             (2x4096x4096 8.7 vs 7.7, 4x28672x4096 57.1 vs 33.0). FP8EXT_GEMV=0
+//                             turns it off.
 //
 // fp32 output has kLarge and kSwapMedium only; E5M2 operands (fp32 output) kLarge only.
 // kWideFastAccum, kLargeN192 and kLargeClusterN are instantiated for bf16 only.
@@ -56,12 +59,11 @@ namespace {
 
 using gemm::Kernel;
 
-// kAuto takes the CUDA-core GEMV at M = 1 only when FP8EXT_GEMV=1 (the table
-// above: faster alone, not in the decode step). Read at each call, so a
-// benchmark can compare both ways in one process.
-bool gemv_opted_in() {
+// kAuto takes the CUDA-core GEMV at M = 1 unless FP8EXT_GEMV=0 (the table
+// above). Read at each call, so a benchmark can compare both ways in one process.
+bool gemv_enabled() {
   const char* v = std::getenv("FP8EXT_GEMV");
-  return v && std::strcmp(v, "1") == 0;
+  return !(v && std::strcmp(v, "0") == 0);
 }
 
 // SMs of the current device (132 on an H200).
@@ -182,7 +184,7 @@ bool scaled_mm_has_config(const ScaledMmProblem& p, GemmConfig config) {
 
 GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p) {
   GemmConfig c = large_m_config(p);
-  if (p.m == 1 && gemv_opted_in() && has_config(p, GemmConfig::kGemv)) return GemmConfig::kGemv;
+  if (p.m == 1 && gemv_enabled() && has_config(p, GemmConfig::kGemv)) return GemmConfig::kGemv;
   if (p.m <= 16) c = GemmConfig::kSwapSmall;
   else if (p.m <= 64) c = GemmConfig::kSwapMedium;
   else if (p.m <= 128) c = one_tile_row_config(p);

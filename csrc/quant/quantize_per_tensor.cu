@@ -48,6 +48,21 @@ __device__ __forceinline__ void load_step(const Input<T>& in, int64_t r, int64_t
     if (r + i * step < in.rows) in.load_raw(step_row<kReverse>(in.rows, r, i, step), c * kChunk, raw[i]);
 }
 
+// Before the PDL wait: asks L2 for the lines of the block's first step, one
+// thread per 128-byte line. A prefetch is safe whatever the kernel before
+// writes (see prefetch_l2); it lets the first bytes arrive while that kernel
+// (for current scaling, the amax pass over the same tensor) finishes.
+template <bool kReverse, int N, typename T>
+__device__ __forceinline__ void prefetch_first_step(const Input<T>& in, int64_t chunks_per_row) {
+  constexpr int kThreadsPerLine = 128 / (kChunk * static_cast<int>(sizeof(T)));
+  const int64_t c = blockIdx.x * int64_t{kThreads} + threadIdx.x;
+  if (threadIdx.x % kThreadsPerLine != 0 || c >= chunks_per_row || c * kChunk >= in.cols) return;
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    if (blockIdx.y + int64_t{i} * gridDim.y < in.rows)
+      prefetch_l2(in.data + step_row<kReverse>(in.rows, blockIdx.y, i, gridDim.y) * in.row_stride + c * kChunk);
+}
+
 // Delayed scaling's bookkeeping, run by one whole block: pushes `newest` to the
 // front of the history and recomputes *scale. The shift walks from the top down
 // in block-sized windows so no entry is overwritten before it has been read.
@@ -90,15 +105,16 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
                                                                    DelayedUpdate delayed) {
   __shared__ float smem[32];
   __shared__ bool last_block;
-  begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
-  const float s = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
-  const Scale scale(s);
   constexpr int N = kQuantizeRowsPerStep;
   // Current scaling's second pass walks the rows bottom-up: left from an L2
   // reuse design that showed no reuse (bench/NOTES.md, sessions 7 and 8); the
   // figures were measured with it, so it stays until forward order is timed.
   constexpr bool kReverse = kScaleFromAmax;
+  prefetch_first_step<kReverse, N>(in, chunks_per_row);
+  begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): only the prefetch above comes before this
+  const float s = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
+  const Scale scale(s);
   float amax = 0.0f;  // with infinities (NaNs skipped): a finite max is redone below only if needed
   for_each_chunk_step<N>(out.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {
     typename Input<T>::Raw raw[N];
@@ -138,8 +154,9 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
 template <typename T>
 __global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out) {
   __shared__ float smem[32];
-  begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
   constexpr int N = kAmaxRowsPerStep<T>;
+  prefetch_first_step<false, N>(in, chunks_per_row);
+  begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): only the prefetch above comes before this
   float amax = 0.0f;
   for_each_chunk_step<N>(in.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {
     typename Input<T>::Raw raw[N];

@@ -175,10 +175,10 @@ FP8EXT_TEST(auto_config_buckets) {
     p.m = m;
     return cuda::scaled_mm_auto_config(p);
   };
-  EXPECT_EQ(int(config_for(1)), int(GemmConfig::kSwapSmall));
-  setenv("FP8EXT_GEMV", "1", 1);  // the CUDA-core GEMV at M = 1, opted in
-  EXPECT_EQ(int(config_for(1)), int(GemmConfig::kGemv));
+  EXPECT_EQ(int(config_for(1)), int(GemmConfig::kGemv));  // the CUDA-core GEMV at M = 1
   EXPECT_EQ(int(config_for(2)), int(GemmConfig::kSwapSmall));
+  setenv("FP8EXT_GEMV", "0", 1);  // ... turned off
+  EXPECT_EQ(int(config_for(1)), int(GemmConfig::kSwapSmall));
   unsetenv("FP8EXT_GEMV");
   EXPECT_EQ(int(config_for(16)), int(GemmConfig::kSwapSmall));
   EXPECT_EQ(int(config_for(17)), int(GemmConfig::kSwapMedium));

@@ -7,9 +7,9 @@
 // writes are visible. In a decode step (quantize, GEMM, quantize, GEMM, ...
 // of a few microseconds each) that hides most of each launch gap. Every
 // kernel launched with PDL must call `wait_for_prior_kernels()` before it
-// reads or writes global memory (our kernels start with
-// `begin_dependent_kernel()`; CUTLASS's sm90 GEMMs wait when built with
-// CUTLASS_ENABLE_GDC_FOR_SM90). FP8EXT_PDL=0 in the environment turns it off
+// reads or writes global memory, L2 prefetches (`prefetch_l2`) excepted (our
+// kernels start with `begin_dependent_kernel()`; CUTLASS's sm90 GEMMs wait
+// when built with CUTLASS_ENABLE_GDC_FOR_SM90). FP8EXT_PDL=0 in the environment turns it off
 // (read at each launch, so a test can compare both ways in one process).
 #pragma once
 
@@ -92,6 +92,18 @@ __device__ __forceinline__ void wait_for_prior_kernels() {
 __device__ __forceinline__ void allow_next_kernel_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Asks L2 for the 128-byte line holding p and does not wait for it. The one
+// memory access allowed before `wait_for_prior_kernels()`: L2 is where every
+// SM's writes land, so a prefetched line cannot be stale. A kernel launched
+// early by PDL uses it for what the kernel before cannot have changed (a
+// weight, the unchanged input of a second pass), so the fetch overlaps that
+// kernel's end.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 #endif
 }
 

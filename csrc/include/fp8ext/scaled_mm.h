@@ -59,8 +59,8 @@ enum class GemmConfig : int {
   kLargeClusterN = 7,  // 128x128x128 tile, 1x2 cluster (the pair shares A): M of one tile row
   // E4M3 x E4M3, any output dtype:
   kGemv = 8,  // no tensor cores: a warp streams 2 rows of B against up to 4 rows of A (decode;
-              // larger M in groups of 4). kAuto takes it at M = 1 only with FP8EXT_GEMV=1 (faster
-              // alone, not in the decode step: scaled_mm_dispatch.cu has the measurements)
+              // larger M in groups of 4). kAuto takes it at M = 1 (FP8EXT_GEMV=0: never;
+              // scaled_mm_dispatch.cu has the measurements)
   kLastConfig = kGemv,
 };
 
