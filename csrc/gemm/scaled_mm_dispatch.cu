@@ -42,7 +42,7 @@
 //                             (2x4096x4096 8.7 vs 7.7, 4x28672x4096 57.1 vs 33.0). FP8EXT_GEMV=0
 //                             turns it off.
 //
-// fp32 output has kLarge and kSwapMedium only; E5M2 operands (fp32 output) kLarge only.
+// fp32 output has kLarge, kSwapMedium and kGemv only; E5M2 operands (fp32 output) kLarge only.
 // kWideFastAccum, kLargeN192 and kLargeClusterN are instantiated for bf16 only.
 #include <cstdint>
 #include <cstdlib>

@@ -202,8 +202,9 @@ FP8EXT_TEST(auto_config_buckets) {
   EXPECT_EQ(int(config_for(4096)), int(GemmConfig::kLarge));
   EXPECT_EQ(int(config_for(128)), int(GemmConfig::kMedium));  // the 1x2-cluster kernel is bf16 only
   p.allow_fast_accum = false;
-  p.d_dtype = DType::kFloat32;  // fp32 output: kLarge and kSwapMedium only
-  EXPECT_EQ(int(config_for(1)), int(GemmConfig::kSwapMedium));
+  p.d_dtype = DType::kFloat32;  // fp32 output: kLarge, kSwapMedium and the GEMV only
+  EXPECT_EQ(int(config_for(1)), int(GemmConfig::kGemv));
+  EXPECT_EQ(int(config_for(2)), int(GemmConfig::kSwapMedium));
   EXPECT_EQ(int(config_for(100)), int(GemmConfig::kLarge));
   p.b_format = Fp8Format::kE5M2;  // E5M2 operands: kLarge only
   EXPECT_EQ(int(config_for(1)), int(GemmConfig::kLarge));

@@ -1,30 +1,78 @@
-"""Decode attention over an E4M3 cache at the suite's batch-1 rows under
-several split counts, graph-timed in one process, next to what plan_splits
-picks (bench/bench_decode.py's inputs: 32/8 heads, head_dim 128, page 16).
+"""Decode attention under several split counts, graph-timed in one process,
+next to what plan_splits picks (bench/bench_decode.py's heads: 32/8, head_dim
+128, page 16). Each timed call reads a different copy of the cache (copies
+that together exceed L2), as a decode step does after the weights have
+streamed through.
 
-    python3 scripts/device/tune_decode_splits.py
+    python3 scripts/device/tune_decode_splits.py [--rows 1x4096 1x32768 ...] [--dtypes fp8 bf16] [--out DIR]
 """
+import argparse
+import json
+import math
 import os
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from bench_decode import KV_HEADS, Q_HEADS, paged_inputs  # noqa: E402
-from benchlib import graph_time_ms  # noqa: E402
+from bench_decode import DIM, KV_HEADS, Q_HEADS  # noqa: E402
+from benchlib import graph_time_rotating_ms  # noqa: E402
 
 from fp8ext.kv_cache import plan_splits  # noqa: E402
 
-sms = torch.cuda.get_device_properties(0).multi_processor_count
-for batch, context in [(1, 32768), (1, 131072), (8, 32768)]:
-    (k, v), table, lens = paged_inputs(batch, context, 16, torch.float8_e4m3fn)
-    q = torch.randn(batch, Q_HEADS, 128, device="cuda", dtype=torch.bfloat16)
-    one = torch.ones((), device="cuda")
-    planned = plan_splits(batch, KV_HEADS, context, sms)
-    line = []
-    for splits in sorted({8, 16, 24, 33, 40, 49, 66, 82, 99, 132, planned}):
-        ms = graph_time_ms(lambda: torch.ops.fp8ext.paged_decode_attention(q, k, v, table, lens, one, one,
-                                                                           128 ** -0.5, splits))
-        line.append(f"{splits}{'*' if splits == planned else ''}: {k.numel() * 2 / ms / 1e9:.2f}")
-    print(f"{batch} x {context} TB/s by splits (* planned): " + ", ".join(line))
-    del k, v
+DTYPES = {"fp8": torch.float8_e4m3fn, "bf16": torch.bfloat16}
+CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 33, 40, 49, 66, 99, 132)
+PAGE = 16
+
+
+def copies_of_cache(batch, context, dtype, min_bytes=256 << 20):
+    """K/V pools holding enough copies of a batch's cache to exceed L2, and one block table per copy."""
+    pages = batch * context // PAGE
+    bytes_one = 2 * pages * PAGE * KV_HEADS * DIM * torch.empty((), dtype=dtype).element_size()
+    copies = max(1, math.ceil(min_bytes / bytes_one))
+    pools = [(torch.randn(copies * pages, PAGE, KV_HEADS, DIM, device="cuda") * 0.5).to(dtype) for _ in range(2)]
+    perm = torch.randperm(copies * pages, device="cuda", dtype=torch.int32)
+    tables = [perm[i * pages:(i + 1) * pages].reshape(batch, context // PAGE) for i in range(copies)]
+    return pools, tables, bytes_one
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", nargs="+", default=["1x4096", "1x16384", "1x32768", "1x131072", "8x4096", "8x32768",
+                                                 "32x4096", "64x4096", "256x1024"])
+    ap.add_argument("--dtypes", nargs="+", default=["fp8", "bf16"], choices=list(DTYPES))
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    results = []
+    for spec in args.rows:
+        batch, context = (int(x) for x in spec.split("x"))
+        planned = plan_splits(batch, KV_HEADS, context, sms)
+        q = torch.randn(batch, Q_HEADS, DIM, device="cuda", dtype=torch.bfloat16)
+        one = torch.ones((), device="cuda")
+        lens = torch.full((batch,), context, device="cuda", dtype=torch.int32)
+        for name in args.dtypes:
+            (k, v), tables, nbytes = copies_of_cache(batch, context, DTYPES[name])
+            timings = {}
+            for splits in sorted({s for s in CANDIDATES if context // s >= 128} | {planned}):
+                ms = graph_time_rotating_ms(
+                    lambda table, s=splits: torch.ops.fp8ext.paged_decode_attention(q, k, v, table, lens, one, one,
+                                                                                  DIM ** -0.5, s), tables)
+                timings[splits] = round(ms * 1e3, 2)
+            best = min(timings, key=timings.get)
+            results.append({"batch": batch, "context": context, "cache": name, "planned": planned,
+                            "us_by_splits": timings, "best": best,
+                            "planned_TBps": round(nbytes / timings[planned] / 1e6, 3),
+                            "best_TBps": round(nbytes / timings[best] / 1e6, 3)})
+            line = ", ".join(f"{s}{'*' if s == planned else ''}: {t}" for s, t in timings.items())
+            print(f"{spec} {name} us by splits (* planned): {line}", flush=True)
+            del k, v, tables
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "decode_splits.json"), "w") as f:
+            json.dump(dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__,
+                           commit=os.environ.get("FP8EXT_COMMIT", "unknown"), rows=results), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
