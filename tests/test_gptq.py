@@ -1,5 +1,6 @@
 """GPTQ rounding of FP8 weights (fp8ext.nn.gptq, convert(weight_rounding="gptq")):
 same scales, other codes, a smaller output error on correlated inputs."""
+import importlib
 import warnings
 
 import pytest
@@ -10,6 +11,8 @@ import fp8ext
 from fp8ext import BlockWise, CurrentScaling, RowWise
 from fp8ext.nn import FP8Linear
 from fp8ext.nn.gptq import gptq_round_layer, input_hessians, round_weight
+
+convert_module = importlib.import_module("fp8ext.nn.convert")  # fp8ext.nn.convert is the function
 
 RECIPES = [CurrentScaling(), RowWise(), BlockWise(), RowWise(weight_format="e5m2")]
 IDS = ["per-tensor", "row-wise", "block-wise", "row-wise-e5m2"]
@@ -148,7 +151,7 @@ class TwoLayers(nn.Module):
         return self.down(torch.relu(self.up(x)))
 
 
-def test_convert_with_gptq_lowers_the_model_error_and_round_trips(seed):
+def test_convert_with_gptq_lowers_the_model_error_and_round_trips(seed, monkeypatch):
     model = TwoLayers()
     mix = torch.randn(64, 64) / 8  # calibration and test inputs from one distribution
     calibration = [correlated_inputs(256, 64, mix) for _ in range(4)]
@@ -171,8 +174,14 @@ def test_convert_with_gptq_lowers_the_model_error_and_round_trips(seed):
     assert torch.equal(model.unused.weight.view(torch.uint8), nearest.unused.weight.view(torch.uint8))
     kept_on_cpu = TwoLayers()
     kept_on_cpu.load_state_dict(reference.state_dict())
+    devices = []  # hessian_device must reach the Hessians (on the CPU it cannot change the codes)
+    real_hessians = convert_module.input_hessians
+    monkeypatch.setattr(convert_module, "input_hessians",
+                        lambda model, names, batches, device=None: devices.append(device)
+                        or real_hessians(model, names, batches, device))
     with pytest.warns(UserWarning, match="never reached"):
         fp8ext.convert(kept_on_cpu, RowWise(), calibration=batches_again, weight_rounding="gptq", hessian_device="cpu")
+    assert devices == ["cpu"]
     assert torch.equal(kept_on_cpu.up.weight.view(torch.uint8), model.up.weight.view(torch.uint8))
     fresh = TwoLayers()
     fp8ext.convert(fresh, RowWise())

@@ -75,7 +75,8 @@ def main(argv=None) -> int:
     p_bench = sub.add_parser("bench", help="benchmarks that need a GPU")
     bench_sub = p_bench.add_subparsers(dest="suite", required=True)
     p_serve = bench_sub.add_parser("serve", help="serving engine: decode throughput/latency per precision mode")
-    p_serve.add_argument("--out", default="bench-serve", help="folder for serve.json")
+    p_serve.add_argument("--out", default="bench-serve",
+                         help="folder for serve.json (rewritten: give each part of a split sweep its own)")
     p_serve.add_argument("--quick", action="store_true", help="batch 1 and 64 at context 4096 only")
     p_serve.add_argument("--layers", type=int, default=32, help="decoder layers (32: the real depth)")
     p_serve.add_argument("--budget-gb", type=float, default=80.0, help="memory budget for the max-batch column")

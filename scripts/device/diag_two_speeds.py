@@ -69,6 +69,7 @@ def main():
         print(f"{name:22s} {line[0] if line else 'FAILED ' + p.stderr[-600:]}", flush=True)
         rows.append({"case": name, "env": env, "result": line[0] if line else p.stderr[-2000:]})
     if out:
+        os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, "two_speeds.json"), "w") as f:
             json.dump(rows, f, indent=1)
 

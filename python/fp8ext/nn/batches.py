@@ -3,15 +3,19 @@ a batch to a model, and the mode they run it in."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 
 import torch
 from torch import nn
 
 
 def run_model(model: nn.Module, batch):
-    """``model(**batch)`` for a dict of keyword arguments, ``model(*batch)`` for a
-    tuple or list of positional ones, else ``model(batch)``."""
-    if isinstance(batch, dict):
+    """``model(**batch)`` for a mapping of keyword arguments (a dict, or a Hugging
+    Face ``BatchEncoding``), ``model(*batch)`` for a tuple or list of positional
+    ones, else ``model(batch)``. A DataLoader's ``[inputs, labels]`` pair is a
+    list: pass the inputs alone (``(x for x, _ in loader)``), or labels reach
+    the model as its second argument."""
+    if isinstance(batch, Mapping):
         return model(**batch)
     if isinstance(batch, (tuple, list)):
         return model(*batch)
@@ -21,7 +25,7 @@ def run_model(model: nn.Module, batch):
 def batch_tokens(batch):
     """The token ids of a batch: ``batch["input_ids"]``, the first positional
     argument, or the batch itself."""
-    if isinstance(batch, dict):
+    if isinstance(batch, Mapping):
         return batch.get("input_ids")
     if isinstance(batch, (tuple, list)):
         return batch[0] if batch else None
@@ -32,7 +36,9 @@ def batch_tokens(batch):
 def eval_mode(model: nn.Module):
     """Runs the block with every submodule in eval mode (no dropout, frozen
     batch-norm statistics: what inference will see) and restores each one's
-    own mode afterwards."""
+    own mode afterwards. Eval mode also turns off Hugging Face's gradient
+    checkpointing, which only acts in training mode; these passes keep no
+    gradients."""
     modes = [(m, m.training) for m in model.modules()]
     model.eval()
     try:

@@ -39,13 +39,19 @@ def input_hessians(model: nn.Module, names: list, batches: Iterable, device=None
     K x K matrix per layer (about 2.6 GB per Llama-3.1-8B decoder layer, 1.6 of
     it down_proj's, 85 GB for the model) on ``device`` (default: where the
     layer's inputs are; ``"cpu"`` keeps only one layer's X^T X at a time on the
-    GPU)."""
+    GPU; ``"cuda"`` without an index means the inputs' GPU)."""
     hessians = {}
+
+    def home(x_device: torch.device) -> torch.device:
+        if device is None:
+            return x_device
+        d = torch.device(device)
+        return x_device if d.type == x_device.type and d.index is None else d
 
     def accumulate(name, args, kwargs):
         x = args[0] if args else kwargs["input"]
         x = x.detach().reshape(-1, x.shape[-1]).double()
-        where = x.device if device is None else torch.device(device)
+        where = home(x.device)
         if name not in hessians:
             hessians[name] = torch.zeros(x.shape[1], x.shape[1], dtype=torch.float64, device=where)
         if where == x.device:
