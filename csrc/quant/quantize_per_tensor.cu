@@ -198,6 +198,22 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(Input<T> in, Output out,
 
 int64_t write_chunks_per_row(const Fp8Matrix& q) { return ceil_div(q.padded_cols, kChunk); }
 
+// Zeroes the amax workspace. A kernel rather than cudaMemsetAsync so that the
+// whole chain (kernel before, zeroing, amax pass, quantize pass) is linked by
+// PDL: it lets the next kernel launch before it waits (the next one still
+// waits for it to complete, and so for everything before), so the amax pass's
+// blocks become resident and prefetch while the kernel before drains.
+__global__ void zero_workspace_kernel(float* workspace, int n) {
+  allow_next_kernel_launch();
+  wait_for_prior_kernels();
+  if (static_cast<int>(threadIdx.x) < n) workspace[threadIdx.x] = 0.0f;
+}
+
+cudaError_t zero_workspace(float* workspace, int n, cudaStream_t stream) {
+  static_assert(kAmaxWorkspaceFloats <= 32, "one warp zeroes the workspace");
+  return launch(zero_workspace_kernel, dim3(1), dim3(32), stream, workspace, n);
+}
+
 }  // namespace
 
 #define FP8EXT_TYPES(in, fmt) typename decltype(in)::Element, decltype(fmt)::value
@@ -232,7 +248,7 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
                                 float* scale_out, float* amax_workspace, cudaStream_t stream) {
   if (x.rows * x.cols > 0 && detail::per_tensor_fits_one_pass(x, q))
     return detail::quantize_per_tensor_one_pass(x, rule, q, scale_out, stream);
-  cudaError_t err = cudaMemsetAsync(amax_workspace, 0, sizeof(float), stream);
+  cudaError_t err = zero_workspace(amax_workspace, 1, stream);
   if (err != cudaSuccess) return err;
   const int64_t chunks = write_chunks_per_row(q);
   const int64_t read_chunks = ceil_div(x.cols, kChunk);
@@ -254,7 +270,7 @@ cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool u
                              float* amax_history, int64_t history_len, float* scale,
                              const Fp8Matrix& q, float* scale_used, float* amax_workspace,
                              cudaStream_t stream) {
-  cudaError_t err = cudaMemsetAsync(amax_workspace, 0, kAmaxWorkspaceFloats * sizeof(float), stream);
+  cudaError_t err = zero_workspace(amax_workspace, kAmaxWorkspaceFloats, stream);
   if (err != cudaSuccess) return err;
   const int64_t chunks = write_chunks_per_row(q);
   const DelayedUpdate update{amax_history, history_len, scale, use_history_max};
