@@ -11,6 +11,7 @@ import datetime
 import json
 import os
 import statistics
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -144,7 +145,8 @@ def run(out_dir: str, quick: bool = False, num_layers: int = 32, repeats: int = 
     cfg = LlamaConfig.llama3_8b(num_layers)
     info = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
             "commit": os.environ.get("FP8EXT_COMMIT", "unknown"), "date": datetime.date.today().isoformat(),
-            "model": f"Llama-3.1-8B shape, {num_layers} layers, random weights"}
+            "model": f"Llama-3.1-8B shape, {num_layers} layers, random weights",
+            "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])}
     rows = []
     base = LlamaModel.random(cfg, torch.bfloat16, "cuda")
     budget = int(memory_budget_gb * 2**30)
