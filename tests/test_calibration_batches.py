@@ -2,6 +2,7 @@
 tensors, tuples of positional arguments or dicts of keyword arguments, always in
 eval mode (dropout off), each module's own mode restored afterwards."""
 import copy
+from collections import UserDict
 
 import pytest
 import torch
@@ -39,9 +40,11 @@ def test_run_model_and_batch_tokens():
     ids = torch.randint(0, 64, (1, 4))
     seen = []
     probe = type("Probe", (nn.Module,), {"forward": lambda self, *a, **k: seen.append((a, k))})()
+    encoding = UserDict(input_ids=ids)  # a Hugging Face BatchEncoding is a UserDict, not a dict
     run_model(probe, ids), run_model(probe, (ids, 2.0)), run_model(probe, [ids]), run_model(probe, {"input_ids": ids})
-    assert [len(a) for a, _ in seen] == [1, 2, 1, 0] and list(seen[3][1]) == ["input_ids"]
-    assert all(batch_tokens(b) is ids for b in (ids, (ids, 2.0), [ids], {"input_ids": ids}))
+    run_model(probe, encoding)
+    assert [len(a) for a, _ in seen] == [1, 2, 1, 0, 0] and list(seen[3][1]) == list(seen[4][1]) == ["input_ids"]
+    assert all(batch_tokens(b) is ids for b in (ids, (ids, 2.0), [ids], {"input_ids": ids}, encoding))
 
 
 def test_eval_mode_restores_each_modules_own_mode():

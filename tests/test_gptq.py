@@ -217,8 +217,10 @@ def test_gptq_on_the_gpu(seed, recipe):
     layer = FP8Linear.from_linear(linear, recipe)
     (h,) = input_hessians(nn.Sequential(linear), ["0"], [x.bfloat16()]).values()
     (h_cpu,) = input_hessians(nn.Sequential(linear), ["0"], [x.bfloat16()], device="cpu").values()
-    assert h.device.type == "cuda" and h_cpu.device.type == "cpu"
+    (h_cuda,) = input_hessians(nn.Sequential(linear), ["0"], [x.bfloat16()], device="cuda").values()
+    assert h.device.type == "cuda" and h_cpu.device.type == "cpu" and h_cuda.device == x.device
     torch.testing.assert_close(h_cpu, h.cpu())
+    assert torch.equal(h_cuda, h)  # "cuda" is the inputs' GPU: the same in-place sum
     gptq_round_layer(layer, linear.weight.detach(), h_cpu)  # H moves to the layer's device to round
     assert layer.weight.device.type == "cuda" and torch.equal(layer.weight_scale, nearest.weight_scale)
     want = x @ linear.weight.detach().float().T

@@ -58,23 +58,26 @@ def test_pdl_chain_matches_plain_launches(recipe, m, seed):
         assert torch.equal(got, want)
 
 
-@pytest.mark.parametrize("m", [16, 300])
-def test_pdl_chain_in_a_cuda_graph(m, seed):
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+@pytest.mark.parametrize("m", [16, 300])  # 300 rows: per-tensor takes its two-pass path (zeroing, amax, quantize)
+def test_pdl_chain_in_a_cuda_graph(recipe, m, seed):
     x = torch.randn(m, WIDTHS[0], device="cuda", dtype=torch.bfloat16)
-    with pdl(False), torch.no_grad():
-        want = chain(fp8ext.RowWise())(x)
+    calls, replays = 4, 5
+    with pdl(False), torch.no_grad():  # delayed scaling's history moves each call: compare call by call
+        plain_model = chain(RECIPES[recipe]())
+        plain = [plain_model(x).clone() for _ in range(1 + calls * replays)]
     with pdl(True), torch.no_grad():
-        model = chain(fp8ext.RowWise())
+        model = chain(RECIPES[recipe]())
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            model(x)  # warm-up outside the graph
+            model(x)  # warm-up outside the graph: call 0
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            outs = [model(x) for _ in range(4)]  # back to back, each layer's input the previous layer's output
-        for _ in range(5):
+            outs = [model(x) for _ in range(calls)]  # back to back, each layer's input the previous layer's output
+        for r in range(replays):
             graph.replay()
             torch.cuda.synchronize()
-            for out in outs:
-                assert torch.equal(out, want)
+            for j, out in enumerate(outs):
+                assert torch.equal(out, plain[1 + r * calls + j]), (r, j)

@@ -338,6 +338,7 @@ def test_bench_serve_cli_passes_the_sweep_and_checks_it(monkeypatch, capsys, tmp
     monkeypatch.setattr(bench, "run", lambda out, **kw: seen.update(kw, out=out))
     assert cli.main(["bench", "serve", "--out", str(tmp_path), "--contexts", "16384", "--modes", "bf16"]) == 0
     assert seen["sweep"] == {"batches": bench.FULL["batches"], "contexts": (16384,)} and seen["modes"] == ("bf16",)
+    assert seen["command"] == f"fp8ext bench serve --out {tmp_path} --contexts 16384 --modes bf16"  # goes in every row
     assert cli.main(["bench", "serve", "--quick", "--batches", "8"]) == 0
     assert seen["sweep"] == {"batches": (8,), "contexts": bench.QUICK["contexts"]} and seen["modes"] == tuple(bench.MODES)
     monkeypatch.undo()

@@ -202,7 +202,9 @@ int64_t write_chunks_per_row(const Fp8Matrix& q) { return ceil_div(q.padded_cols
 // whole chain (kernel before, zeroing, amax pass, quantize pass) is linked by
 // PDL: it lets the next kernel launch before it waits (the next one still
 // waits for it to complete, and so for everything before), so the amax pass's
-// blocks become resident and prefetch while the kernel before drains.
+// blocks become resident and prefetch while the kernel before drains. Every
+// thread waits before it exits: the next kernel's wait covers the kernel
+// before this one only through this one's completion.
 __global__ void zero_workspace_kernel(float* workspace, int n) {
   allow_next_kernel_launch();
   wait_for_prior_kernels();

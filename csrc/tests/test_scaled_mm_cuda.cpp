@@ -175,6 +175,7 @@ FP8EXT_TEST(auto_config_buckets) {
     p.m = m;
     return cuda::scaled_mm_auto_config(p);
   };
+  unsetenv("FP8EXT_GEMV");  // the default, whatever the caller's environment
   EXPECT_EQ(int(config_for(1)), int(GemmConfig::kGemv));  // the CUDA-core GEMV at M = 1
   EXPECT_EQ(int(config_for(2)), int(GemmConfig::kSwapSmall));
   setenv("FP8EXT_GEMV", "0", 1);  // ... turned off

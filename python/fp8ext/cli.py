@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 
 import torch
@@ -106,7 +107,8 @@ def main(argv=None) -> int:
         sweep = dict(batches=tuple(args.batches or base["batches"]), contexts=tuple(args.contexts or base["contexts"]))
         try:
             bench.run(args.out, num_layers=args.layers, memory_budget_gb=args.budget_gb,
-                      modes=tuple(args.modes or bench.MODES), sweep=sweep)
+                      modes=tuple(args.modes or bench.MODES), sweep=sweep,
+                      command=shlex.join(["fp8ext", *(sys.argv[1:] if argv is None else argv)]))
         except (RuntimeError, ValueError) as e:
             print(f"fp8ext bench serve: {e}", file=sys.stderr)
             return 1

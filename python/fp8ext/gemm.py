@@ -19,7 +19,11 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     ``use_fast_accum=True`` allows FP8 fast accumulation where it is faster
     (bf16 output, M > 128: a 128x256-tile kernel without promotion, like
     ``torch._scaled_mm(use_fast_accum=True)`` and Transformer Engine's forward
-    GEMMs), at a somewhat larger error that grows with K.
+    GEMMs), at a somewhat larger error that grows with K. At M = 1 (E4M3
+    operands) ``"auto"`` runs a CUDA-core GEMV that sums in fp32 without the
+    tensor cores (faster for decode; ``FP8EXT_GEMV=0`` turns it off): its last
+    bits differ from the tensor-core kernels', so a row computed alone is not
+    bit-identical to the same row inside a larger M.
 
     **Block-wise** (DeepSeek-V3): when ``scale_b`` is ``[ceil(N/128), ceil(K/128)]``
     (one value per 128x128 block of the weight; a ``[1, N]`` that fits that shape
@@ -39,8 +43,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
             (128x128 blocks). Per-tensor and row-wise scales mix freely.
         out_dtype: ``torch.bfloat16``, ``torch.float16`` or ``torch.float32``.
         bias: optional ``[N]`` in ``out_dtype``, added in the epilogue.
-        config: ``"auto"`` (tile shape chosen by M) or one of :data:`CONFIGS`
-            (block-wise: :data:`BLOCKWISE_CONFIGS`), for tuning.
+        config: ``"auto"`` (kernel and tile shape chosen by M and N) or one of
+            :data:`CONFIGS` (block-wise: :data:`BLOCKWISE_CONFIGS`), for tuning.
         use_fast_accum: allow FP8 fast accumulation (see above).
 
     On H100/H200 this runs CUTLASS sm_90a kernels (no host synchronisation,

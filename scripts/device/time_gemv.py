@@ -1,8 +1,9 @@
 """The CUDA-core GEMV (config "gemv", each rows-per-warp variant through
-FP8EXT_GEMV_ROWS) against the swap-AB CUTLASS kernel that auto picks at M <= 16
-and against cuBLAS (torch._scaled_mm), row-wise scales, bf16 out, graph-timed
-with the weights rotated past L2 (bench/bench_gemm.py's bench_row), on
-Llama-3.1-8B's decode layers at M = 1, 2 and 4.
+FP8EXT_GEMV_ROWS) against the swap-AB CUTLASS kernel (what auto picks at M = 2
+to 16, and at M = 1 with FP8EXT_GEMV=0) and against cuBLAS (torch._scaled_mm),
+row-wise scales, bf16 out, graph-timed with the weights rotated past L2
+(bench/bench_gemm.py's bench_row), on Llama-3.1-8B's decode layers at M = 1, 2
+and 4.
 
     python3 scripts/device/time_gemv.py [--out DIR]
 """

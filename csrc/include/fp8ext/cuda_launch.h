@@ -7,9 +7,11 @@
 // writes are visible. In a decode step (quantize, GEMM, quantize, GEMM, ...
 // of a few microseconds each) that hides most of each launch gap. Every
 // kernel launched with PDL must call `wait_for_prior_kernels()` before it
-// reads or writes global memory, L2 prefetches (`prefetch_l2`) excepted (our
-// kernels start with `begin_dependent_kernel()`; CUTLASS's sm90 GEMMs wait
-// when built with CUTLASS_ENABLE_GDC_FOR_SM90). FP8EXT_PDL=0 in the environment turns it off
+// reads or writes global memory, L2 prefetches (`prefetch_l2`) excepted, and
+// every thread must reach that wait before it exits (our kernels start with
+// `begin_dependent_kernel()`, or prefetch first; the amax workspace's zeroing
+// kernel lets the next kernel launch before it waits; CUTLASS's sm90 GEMMs
+// wait when built with CUTLASS_ENABLE_GDC_FOR_SM90). FP8EXT_PDL=0 in the environment turns it off
 // (read at each launch, so a test can compare both ways in one process).
 #pragma once
 

@@ -71,7 +71,7 @@ def _head_dim(model: nn.Module, head_dim: int | None) -> int | None:
 def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim: int | None = None,
               progress: bool = True) -> CalibrationResult:
     """Runs ``model`` on each batch in eval mode (``model(batch)``,
-    ``model(*batch)`` for a tuple or list, ``model(**batch)`` for a dict; each
+    ``model(*batch)`` for a tuple or list, ``model(**batch)`` for a mapping; each
     module's own mode is restored afterwards) and records the amax of every :class:`FP8Linear`'s input and of every
     ``k_proj`` / ``v_proj`` output per KV head (the last name component must be
     exactly that: fused ``qkv_proj`` layers are not split).

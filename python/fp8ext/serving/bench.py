@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shlex
 import statistics
 import sys
 
@@ -132,10 +133,11 @@ def _save(rows: list, out_dir: str) -> str:
 
 
 def run(out_dir: str, quick: bool = False, num_layers: int = 32, repeats: int = 20,
-        memory_budget_gb: float = 80.0, modes=tuple(MODES), sweep: dict | None = None) -> list:
+        memory_budget_gb: float = 80.0, modes=tuple(MODES), sweep: dict | None = None,
+        command: str | None = None) -> list:
     """Decode (and prefill) timings of every mode over `sweep` (batches x contexts;
     default FULL, or QUICK with quick=True), written to out_dir/serve.json after
-    every row."""
+    every row; each row records `command` (default: this process's command line)."""
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
         raise ValueError(f"modes must be a non-empty subset of {list(MODES)}, got {list(modes)}")
@@ -146,7 +148,7 @@ def run(out_dir: str, quick: bool = False, num_layers: int = 32, repeats: int = 
     info = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
             "commit": os.environ.get("FP8EXT_COMMIT", "unknown"), "date": datetime.date.today().isoformat(),
             "model": f"Llama-3.1-8B shape, {num_layers} layers, random weights",
-            "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])}
+            "command": command or shlex.join([os.path.basename(sys.argv[0]), *sys.argv[1:]])}
     rows = []
     base = LlamaModel.random(cfg, torch.bfloat16, "cuda")
     budget = int(memory_budget_gb * 2**30)
