@@ -19,6 +19,11 @@ namespace fp8ext::cuda::detail {
 
 constexpr int kChunk = 16;  // elements per thread-chunk: 32 B of bf16/fp16, 16 B of FP8
 
+// Chunks of T in one 128-byte line: a kernel that asks L2 for its first lines
+// (prefetch_l2) does it from one thread in this many.
+template <typename T>
+constexpr int kChunksPerLine = 128 / (kChunk * static_cast<int>(sizeof(T)));
+
 template <typename T>
 __device__ __forceinline__ float to_float(T v);
 template <>

@@ -54,9 +54,8 @@ __device__ __forceinline__ void load_step(const Input<T>& in, int64_t r, int64_t
 // (for current scaling, the amax pass over the same tensor) finishes.
 template <bool kReverse, int N, typename T>
 __device__ __forceinline__ void prefetch_first_step(const Input<T>& in, int64_t chunks_per_row) {
-  constexpr int kThreadsPerLine = 128 / (kChunk * static_cast<int>(sizeof(T)));
   const int64_t c = blockIdx.x * int64_t{kThreads} + threadIdx.x;
-  if (threadIdx.x % kThreadsPerLine != 0 || c >= chunks_per_row || c * kChunk >= in.cols) return;
+  if (threadIdx.x % kChunksPerLine<T> != 0 || c >= chunks_per_row || c * kChunk >= in.cols) return;
 #pragma unroll
   for (int i = 0; i < N; ++i)
     if (blockIdx.y + int64_t{i} * gridDim.y < in.rows)

@@ -81,8 +81,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_quantize_kernel(Input<T> in
   // The weight's own chunk is asked of L2 before the PDL wait (no kernel before
   // writes it; see prefetch_l2) and loaded with x's, not after the norm's
   // reduction: at decode sizes that is one memory round trip less.
-  constexpr int kThreadsPerLine = 128 / (kChunk * static_cast<int>(sizeof(T)));  // one prefetch per line
-  if (own < read_chunks && own % kThreadsPerLine == 0) prefetch_l2(weight.data + own * kChunk);
+  if (own < read_chunks && own % kChunksPerLine<T> == 0) prefetch_l2(weight.data + own * kChunk);
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): only the prefetch above comes before this
   Raw h[1], w_own[1];  // the own chunks of x (or of x + residual) and of the weight
   load_row_chunks<true>(in, r, read_chunks, h);

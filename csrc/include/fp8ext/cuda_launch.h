@@ -11,8 +11,9 @@
 // every thread must reach that wait before it exits (our kernels start with
 // `begin_dependent_kernel()`, or prefetch first; the amax workspace's zeroing
 // kernel lets the next kernel launch before it waits; CUTLASS's sm90 GEMMs
-// wait when built with CUTLASS_ENABLE_GDC_FOR_SM90). FP8EXT_PDL=0 in the environment turns it off
-// (read at each launch, so a test can compare both ways in one process).
+// wait when built with CUTLASS_ENABLE_GDC_FOR_SM90). FP8EXT_PDL=0 in the
+// environment turns it off (read at each launch, so a test can compare both
+// ways in one process).
 #pragma once
 
 #include <cuda_runtime.h>
