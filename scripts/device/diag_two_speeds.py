@@ -1,7 +1,8 @@
 """Which process state gives the quantize kernels their fast speed (bench/NOTES.md,
 "two speeds")? Each case runs in a fresh subprocess: it builds bench_quantize's
 16384x8192 bf16 input, optionally does one thing first, then times static and
-per-tensor current quantization (benchlib.time_ms) three times, and prints where
+per-tensor current quantization and torch's copy of the input (benchlib.time_ms)
+three times, then each 20 times back to back, and prints where
 the input and the output sit in the caching allocator's segments.
 
     python3 scripts/device/diag_two_speeds.py [--out DIR] [--cases a,b,...]
@@ -59,11 +60,24 @@ if case == "hold_20gb_then_empty":
     torch.cuda.empty_cache()
 if case == "sleep_2s":
     time.sleep(2)
+def back_to_back_us(fn, n=20):  # n calls between two events: no idle gap before any call
+    fn(); torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
+        fn()
+    b.record(); b.synchronize()
+    return a.elapsed_time(b) * 1e3 / n
+y = torch.empty_like(x)
 res = []
 for _ in range(3):
     st = time_ms(lambda: ops.quantize_with_scale(x, s, F8, 0)) * 1e3
     pt = time_ms(lambda: ops.quantize_per_tensor(x, F8, 0, False, 0)) * 1e3
-    res.append((round(st, 1), round(pt, 1)))
+    cp = time_ms(lambda: y.copy_(x)) * 1e3  # torch's own copy kernel: does the state touch it too?
+    res.append((round(st, 1), round(pt, 1), round(cp, 1)))
+res.append(("back_to_back", round(back_to_back_us(lambda: ops.quantize_with_scale(x, s, F8, 0)), 1),
+            round(back_to_back_us(lambda: ops.quantize_per_tensor(x, F8, 0, False, 0)), 1),
+            round(back_to_back_us(lambda: y.copy_(x)), 1)))
 q = ops.quantize_with_scale(x, s, F8, 0)
 def segment_of(ptr):  # (segment size MB, offset MB) of the caching allocator's segment holding ptr
     for seg in torch.cuda.memory_snapshot():
