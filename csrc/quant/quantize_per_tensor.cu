@@ -6,7 +6,6 @@
 // grid-stride over a grid of a few blocks per SM, so per-block set-up (the
 // scale, its reciprocal) is paid rarely and no 64-bit division is needed.
 #include <algorithm>
-#include <cstdlib>
 
 #include "fp8ext/quantize_cuda.h"
 #include "quant_common.cuh"
@@ -63,27 +62,6 @@ __device__ __forceinline__ void prefetch_first_step(const Input<T>& in, int64_t 
       prefetch_l2(in.data + step_row<kReverse>(in.rows, blockIdx.y, i, gridDim.y) * in.row_stride + c * kChunk);
 }
 
-// Asks L2 for the lines of the rows `ahead` steps after the step at r (one
-// thread per 128-byte line; nothing past the tensor), so that the loads of a
-// later step find them there: more bytes in flight than the registers of one
-// step allow.
-template <bool kReverse, int N, typename T>
-__device__ __forceinline__ void prefetch_ahead(const Input<T>& in, int64_t r, int64_t c, int64_t step, int ahead) {
-  if (ahead == 0 || threadIdx.x % kChunksPerLine<T> != 0 || c * kChunk >= in.cols) return;
-  const int64_t r_ahead = r + int64_t{ahead} * N * step;
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-    if (r_ahead + i * step < in.rows)
-      prefetch_l2(in.data + step_row<kReverse>(in.rows, r_ahead, i, step) * in.row_stride + c * kChunk);
-}
-
-// Steps of prefetch ahead (FP8EXT_QUANT_PREFETCH, default 0: off), read at
-// each launch so that one process can time every setting.
-inline int prefetch_steps_ahead() {
-  const char* v = std::getenv("FP8EXT_QUANT_PREFETCH");
-  return v ? std::max(0, std::min(4, std::atoi(v))) : 0;
-}
-
 // Delayed scaling's bookkeeping, run by one whole block: pushes `newest` to the
 // front of the history and recomputes *scale. The shift walks from the top down
 // in block-sized windows so no entry is overwritten before it has been read.
@@ -123,7 +101,7 @@ template <typename T, Fp8Format F, bool kScaleFromAmax, bool kReduceAmax>
 __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> in, Output out, int64_t chunks_per_row,
                                                                    const float* scale_or_amax, ScaleRule rule,
                                                                    float* scale_record, float* workspace,
-                                                                   DelayedUpdate delayed, int ahead) {
+                                                                   DelayedUpdate delayed) {
   __shared__ float smem[32];
   __shared__ bool last_block;
   constexpr int N = kQuantizeRowsPerStep;
@@ -140,7 +118,6 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
   for_each_chunk_step<N>(out.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {
     typename Input<T>::Raw raw[N];
     load_step<kReverse>(in, r, c, step, raw);
-    prefetch_ahead<kReverse, N>(in, r, c, step, ahead);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       if (r + i * step >= out.rows) break;
@@ -174,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out, int ahead) {
+__global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out) {
   __shared__ float smem[32];
   constexpr int N = kAmaxRowsPerStep<T>;
   prefetch_first_step<false, N>(in, chunks_per_row);
@@ -187,7 +164,6 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chu
     // instead of 160 at 16384 x 8192 bf16 (H200, 2026-11-30), and keeping rows
     // evict-last for it was slower still (bench/NOTES.md, session 8).
     load_step<false>(in, r, c, step, raw);
-    prefetch_ahead<false, N>(in, r, c, step, ahead);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       if (r + i * step >= in.rows) break;
@@ -264,7 +240,7 @@ cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const 
   dispatch(x, q.format, [&](auto in, auto fmt) {
     err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, false>,
                  grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, out, chunks, scale,
-                 ScaleRule{}, nullptr, nullptr, DelayedUpdate{}, prefetch_steps_ahead());
+                 ScaleRule{}, nullptr, nullptr, DelayedUpdate{});
   });
   return err;
 }
@@ -281,12 +257,12 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
     using T = typename decltype(in)::Element;
     if (read_chunks * x.rows > 0)
       err = launch(amax_kernel<T>, grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>), dim3(kThreads), stream, in,
-                   read_chunks, amax_workspace, prefetch_steps_ahead());
+                   read_chunks, amax_workspace);
     // Runs even for an empty tensor: block 0 writes the scale (1 for amax 0).
     if (err == cudaSuccess)
       err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false>,
                    grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, make_output(q),
-                   chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{}, prefetch_steps_ahead());
+                   chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{});
   });
   return err;
 }
@@ -303,7 +279,7 @@ cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool u
     // An empty tensor still launches one block, which records amax 0.
     err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, true>,
                  grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, make_output(q), chunks,
-                 scale, rule, scale_used, amax_workspace, update, prefetch_steps_ahead());
+                 scale, rule, scale_used, amax_workspace, update);
   });
   return err;
 }
