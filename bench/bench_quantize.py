@@ -12,11 +12,11 @@ on the same copies.
 
     python bench/bench_quantize.py --out DIR [--placements P]
 """
-import statistics
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 
 import torch
