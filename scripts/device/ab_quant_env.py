@@ -1,0 +1,66 @@
+"""One process, bench_quantize's 16384x8192 bf16 input: the row-striding
+quantize kernels timed (benchlib.time_ms) under each value of one environment
+variable that the library reads at launch, interleaved over rounds, with the
+codes checked equal across values.
+
+    python3 scripts/device/ab_quant_env.py --var FP8EXT_QUANT_BLOCKS_PER_SM --settings 16 32 [--rounds 3] [--out DIR]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from benchlib import time_ms  # noqa: E402
+
+import fp8ext  # noqa: E402,F401
+
+F8 = torch.float8_e4m3fn
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--var", required=True)
+    ap.add_argument("--settings", nargs="+", required=True)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    ops = torch.ops.fp8ext
+    torch.manual_seed(0)
+    m, k = 16384, 8192
+    x = (torch.randn(m, k, device="cuda") * torch.exp2(torch.randint(-4, 4, (m, k), device="cuda").float())).to(torch.bfloat16)
+    s = torch.tensor(0.05, device="cuda")
+    hist, s_d = torch.zeros(16, device="cuda"), torch.tensor(0.05, device="cuda")
+    cases = {
+        "static": lambda: ops.quantize_with_scale(x, s, F8, 0),
+        "delayed": lambda: ops.quantize_delayed(x, hist, s_d, F8, 0, False, True, 0)[0],
+        "per_tensor_current": lambda: ops.quantize_per_tensor(x, F8, 0, False, 0)[0],
+        "group_1x128": lambda: ops.quantize_per_group(x, F8, 0, False, 0)[0],
+    }
+    ref, times = {}, {(st, c): [] for st in args.settings for c in cases}
+    for rnd in range(args.rounds):
+        for st in args.settings:
+            os.environ[args.var] = st
+            for name, fn in cases.items():
+                if rnd == 0 and name != "delayed":  # the codes must not depend on the setting
+                    q = fn().view(torch.uint8).clone()
+                    assert torch.equal(q, ref.setdefault(name, q)), (name, st)
+                times[(st, name)].append(time_ms(fn) * 1e3)
+    rows = []
+    for (st, name), t in times.items():
+        us = statistics.median(t)
+        rows.append({"setting": st, "case": name, "us_rounds": [round(v, 2) for v in t], "us": round(us, 2),
+                     "tb_s_3B": round(m * k * 3 / us / 1e6, 3)})
+        print(f"{args.var}={st} {name:20s} {us:8.2f} us  {rows[-1]['tb_s_3B']:.3f} TB/s  rounds {rows[-1]['us_rounds']}")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "ab_quant_env.json"), "w") as f:
+            json.dump({"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "var": args.var,
+                       "commit": os.environ.get("FP8EXT_COMMIT", "unknown"), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
