@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include "fp8ext/cuda_launch.h"
 #include "fp8ext/scaling.h"
@@ -378,19 +377,18 @@ template <typename T>
 constexpr int kAmaxRowsPerStep = sizeof(T) == 4 ? 2 : 4;
 
 // Blocks per SM that the row-striding kernels' grids aim at, in all (not at
-// once): FP8EXT_QUANT_BLOCKS_PER_SM (1-64, default 16), read at each launch so
-// one process can time several settings.
-inline int64_t row_step_blocks_per_sm() {
-  const char* v = std::getenv("FP8EXT_QUANT_BLOCKS_PER_SM");
-  return v ? std::max(1, std::min(64, std::atoi(v))) : 16;
-}
+// once). 32 against 16, one process, 16384 x 8192 bf16 on the H200 (2026-12-02,
+// bench/results/quantize_blocks_per_sm_2026-12-02_h200_4f5bc1d.json): static
+// 105.1 vs 106.9 us, per-tensor current 169.1 vs 169.6, delayed and 1x128
+// within 1%. Only grids of more than ~2000 rows change.
+constexpr int64_t kRowStepBlocksPerSm = 32;
 
-// Grid height for those kernels: about row_step_blocks_per_sm() blocks per SM
-// in all, with the row groups spread evenly over them.
+// Grid height for those kernels: about kRowStepBlocksPerSm blocks per SM in
+// all, with the row groups spread evenly over them.
 inline unsigned row_step_grid_y(int64_t rows, int64_t x_blocks, int rows_per_step) {
   const int64_t groups = std::max<int64_t>(1, ceil_div(rows, rows_per_step));
   const int64_t target =
-      std::max<int64_t>(1, int64_t{num_sms()} * row_step_blocks_per_sm() / std::max<int64_t>(1, x_blocks));
+      std::max<int64_t>(1, int64_t{num_sms()} * kRowStepBlocksPerSm / std::max<int64_t>(1, x_blocks));
   const int64_t steps = ceil_div(groups, target);
   return static_cast<unsigned>(std::min<int64_t>(ceil_div(groups, steps), 65535));
 }

@@ -3,7 +3,9 @@ quantize kernels timed (benchlib.time_ms) under each value of one environment
 variable that the library reads at launch, interleaved over rounds, with the
 codes checked equal across values.
 
-    python3 scripts/device/ab_quant_env.py --var FP8EXT_QUANT_BLOCKS_PER_SM --settings 16 32 [--rounds 3] [--out DIR]
+    python3 scripts/device/ab_quant_env.py --var FP8EXT_PDL --settings 1 0 [--rounds 3] [--out DIR]
+
+(FP8EXT_QUANT_BLOCKS_PER_SM, which session 13 timed with it, is now a constant: kRowStepBlocksPerSm.)
 """
 import argparse
 import json
