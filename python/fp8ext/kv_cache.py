@@ -55,16 +55,30 @@ def capacity_tokens(memory_bytes: int, num_layers: int, num_kv_heads: int, head_
 
 # Decode blocks resident per SM (four warps each; the FP8 kernel's registers are cut for three).
 BLOCKS_PER_SM = 3
+# An FP8 cache with this few (sequence, KV head) pairs per SM or fewer plans for
+# two blocks per SM: one sequence of 8 KV heads then takes 33 longer splits
+# instead of 49. Measured on the H200 past L2 (scripts/device/tune_decode_splits.py,
+# bench/results/decode_splits_2026-12-01_h200_3c13eb8.json), 33 vs 49 splits:
+# 1 x 16384 16.5 vs 18.3 us, 1 x 32768 25.6 vs 26.7, 1 x 131072 72.4 vs 75.4;
+# 1 x 4096 plans 16 either way. The bf16 cache and batch 8 were faster at three
+# per SM (batch 8 x 32768 at two per SM: 161 vs 143 us); batches between were
+# not measured, so the rule stops at what was.
+FP8_FEW_ITEMS_PER_SM = 1 / 16
 
 
 def plan_splits(batch: int, num_kv_heads: int, max_len: int, num_sms: int = 132,
-                blocks_per_sm: int = BLOCKS_PER_SM) -> int:
+                blocks_per_sm: int | None = None, fp8: bool = False) -> int:
     """KV splits per sequence for the decode kernel. The (batch x heads x
     splits) blocks run in waves of blocks_per_sm x num_sms, each block costing
     its share of the tokens plus a fixed SPLIT_OVERHEAD_TOKENS; this takes the
     split count with the least waves x cost, none shorter than
-    MIN_TOKENS_PER_SPLIT tokens."""
-    items, slots = max(1, batch * num_kv_heads), blocks_per_sm * num_sms
+    MIN_TOKENS_PER_SPLIT tokens. blocks_per_sm defaults to BLOCKS_PER_SM, or 2
+    for an FP8 cache (fp8=True) with at most FP8_FEW_ITEMS_PER_SM (sequence,
+    KV head) pairs per SM."""
+    items = max(1, batch * num_kv_heads)
+    if blocks_per_sm is None:
+        blocks_per_sm = 2 if fp8 and items <= FP8_FEW_ITEMS_PER_SM * num_sms else BLOCKS_PER_SM
+    slots = blocks_per_sm * num_sms
     most = max(1, math.ceil(max_len / MIN_TOKENS_PER_SPLIT))
 
     def cost(s: int) -> float:
@@ -218,7 +232,8 @@ class PagedKVCache:
             if num_sms is None:
                 num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
                            if self.device.type == "cuda" else 132)
-            splits = plan_splits(len(seq_ids), self.num_kv_heads, int(lens.max()) if len(seq_ids) else 0, num_sms)
+            splits = plan_splits(len(seq_ids), self.num_kv_heads, int(lens.max()) if len(seq_ids) else 0, num_sms,
+                                 fp8=self.dtype in FP8_CACHE_DTYPES)
             return DecodePlan(seq_ids, table.to(self.device), lens.to(self.device), splits)
         if out.block_table.shape[0] != len(seq_ids):
             raise ValueError(f"out holds a plan for {out.block_table.shape[0]} sequences, got {len(seq_ids)}")

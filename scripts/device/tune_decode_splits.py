@@ -47,11 +47,11 @@ def main():
     results = []
     for spec in args.rows:
         batch, context = (int(x) for x in spec.split("x"))
-        planned = plan_splits(batch, KV_HEADS, context, sms)
         q = torch.randn(batch, Q_HEADS, DIM, device="cuda", dtype=torch.bfloat16)
         one = torch.ones((), device="cuda")
         lens = torch.full((batch,), context, device="cuda", dtype=torch.int32)
         for name in args.dtypes:
+            planned = plan_splits(batch, KV_HEADS, context, sms, fp8=name != "bf16")
             (k, v), tables, nbytes = copies_of_cache(batch, context, DTYPES[name])
             timings = {}
             for splits in sorted({s for s in CANDIDATES if context // s >= 128} | {planned}):
