@@ -2,7 +2,7 @@
 on the same buffers) measured while the GPU idles, while it runs flat out for
 ~15 s, and while it idles again, with the memory and GPU temperature logged.
 
-    python3 scripts/device/diag_thermal.py /tmp/libqv.so [--out DIR]
+    python3 scripts/device/quant_state/diag_thermal.py /tmp/libqv.so [--out DIR]
 """
 import ctypes
 import json

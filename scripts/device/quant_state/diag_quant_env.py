@@ -5,7 +5,7 @@ process, 99.4/159.6 us once a torch.compile'd function had run (and from then
 on), while bench/bench_quantize.py read 108.5/171.8 us. The cause is not known
 yet (leads in bench/NOTES.md, session 8).
 
-    python3 scripts/device/diag_quant_env.py
+    python3 scripts/device/quant_state/diag_quant_env.py
 """
 import os
 import sys
@@ -13,7 +13,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "bench"))
 import bench_quantize  # noqa: E402
 from benchlib import time_ms  # noqa: E402
 

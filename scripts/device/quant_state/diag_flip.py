@@ -1,7 +1,7 @@
 """What flips the static replica (quant_variants.cu, timed in C on fixed buffers)
 from ~99 to ~105 us within one process? Steps in order, the replica timed after each.
 
-    python3 scripts/device/diag_flip.py /tmp/libqv.so
+    python3 scripts/device/quant_state/diag_flip.py /tmp/libqv.so
 """
 import ctypes
 import sys

@@ -4,8 +4,8 @@ This times, in one torch process: the library's kernel, the replica on torch's
 tensors, and the replica on buffers it cudaMalloc'ed itself.
 
     nvcc -O3 -std=c++17 -arch=sm_90a -I csrc/include -I csrc/quant -shared -Xcompiler -fPIC -DQV_LIBRARY \\
-        -o /tmp/libqv.so scripts/device/quant_variants.cu
-    python3 scripts/device/diag_replica.py /tmp/libqv.so
+        -o /tmp/libqv.so scripts/device/quant_state/quant_variants.cu
+    python3 scripts/device/quant_state/diag_replica.py /tmp/libqv.so
 """
 import ctypes
 import sys

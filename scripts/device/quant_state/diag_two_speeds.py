@@ -5,7 +5,7 @@ per-tensor current quantization and torch's copy of the input (benchlib.time_ms)
 three times, then each 20 times back to back, and prints where
 the input and the output sit in the caching allocator's segments.
 
-    python3 scripts/device/diag_two_speeds.py [--out DIR] [--cases a,b,...]
+    python3 scripts/device/quant_state/diag_two_speeds.py [--out DIR] [--cases a,b,...]
 """
 import json
 import os
@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 CHILD = r"""
 import os, sys, time, torch
-sys.path.insert(0, os.path.join({here!r}, "..", "..", "bench"))
+sys.path.insert(0, os.path.join({here!r}, "..", "..", "..", "bench"))
 from benchlib import time_ms
 import bench_quantize
 import fp8ext

@@ -6,7 +6,7 @@
 //   rows: the library's kernel shape (blocks walk rows along y, 2 rows a step,
 //         chunks along x, ~16 blocks per SM in all, __launch_bounds__(256, 4)).
 // 16384 x 8192 bf16 -> E4M3, times of 20 back-to-back calls.
-//   nvcc -O3 -std=c++17 -arch=sm_90a -I csrc/include -I csrc/quant -o /tmp/qv scripts/device/quant_variants.cu
+//   nvcc -O3 -std=c++17 -arch=sm_90a -I csrc/include -I csrc/quant -o /tmp/qv scripts/device/quant_state/quant_variants.cu
 #include <algorithm>
 #include <cstdio>
 

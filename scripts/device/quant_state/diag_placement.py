@@ -3,7 +3,7 @@
 allocated after pads of several sizes, on buffers Python allocated through
 cudaMalloc, and on torch's tensors; the library's kernel on torch's tensors.
 
-    python3 scripts/device/diag_placement.py /tmp/libqv.so
+    python3 scripts/device/quant_state/diag_placement.py /tmp/libqv.so
 """
 import ctypes
 import sys

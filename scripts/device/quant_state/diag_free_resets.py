@@ -3,7 +3,7 @@ put the library's static and per-tensor kernels back in the fast state (the
 state a fresh mapping leaves them out of; diag_flip.py)? One process: timed,
 then a dummy malloc/free, timed again, twice over.
 
-    python3 scripts/device/diag_free_resets.py
+    python3 scripts/device/quant_state/diag_free_resets.py
 """
 import ctypes
 import os
@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "bench"))
 from benchlib import time_ms  # noqa: E402
 
 import fp8ext  # noqa: E402,F401

@@ -4,7 +4,7 @@ Each stage here is a fresh Python process that does a little more of what a
 torch program does, then times the replica entirely in C
 (qv_time_rows_own_buffers): where does the time change?
 
-    python3 scripts/device/diag_process_state.py /tmp/libqv.so
+    python3 scripts/device/quant_state/diag_process_state.py /tmp/libqv.so
 """
 import subprocess
 import sys

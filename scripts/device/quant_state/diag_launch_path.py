@@ -3,7 +3,7 @@ one process: timed entirely in C, launched 20 times from C but timed with
 torch's events, and launched one by one from Python (ctypes) timed with torch's
 events. Which step costs the ~8 us?
 
-    python3 scripts/device/diag_launch_path.py /tmp/libqv.so
+    python3 scripts/device/quant_state/diag_launch_path.py /tmp/libqv.so
 """
 import ctypes
 import sys
