@@ -136,20 +136,32 @@ extern "C" int qv_copy(void* dst, const void* src, int64_t bytes) {
   return static_cast<int>(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
 }
 
+// The replica's buffers, allocated fresh (x filled with 0x3c3c: bf16 0.0115;
+// s = 0.05) and freed on scope exit. ok is false where an allocation failed.
+struct OwnBuffers {
+  static constexpr int64_t m = 16384, k = 8192, n = m * k;
+  T* x = nullptr;
+  uint8_t* q = nullptr;
+  float* s = nullptr;
+  bool ok = false;
+  OwnBuffers() {
+    ok = cudaMalloc(&x, n * 2) == cudaSuccess && cudaMalloc(&q, n) == cudaSuccess && cudaMalloc(&s, 4) == cudaSuccess;
+    if (!ok) return;
+    const float scale = 0.05f;
+    ok = cudaMemset(x, 0x3c, n * 2) == cudaSuccess && cudaMemcpy(s, &scale, 4, cudaMemcpyHostToDevice) == cudaSuccess;
+  }
+  ~OwnBuffers() { cudaFree(x); cudaFree(q); cudaFree(s); }
+  void launch() const {
+    rows<true><<<dim3(2, 1024), 256>>>(Input<T>{x, m, k, k, true}, Output{q, m, k, k, true}, k / kChunk, s);
+  }
+};
+
 // The whole timing in C (own buffers, own events): what does the host process
-// around it change? (diag_replica.py --stages)
+// around it change? (diag_process_state.py)
 extern "C" float qv_time_rows_own_buffers() {
-  const int64_t m = 16384, k = 8192, n = m * k;
-  T* x; uint8_t* q; float* s;
-  if (cudaMalloc(&x, n * 2) != cudaSuccess || cudaMalloc(&q, n) != cudaSuccess || cudaMalloc(&s, 4) != cudaSuccess)
-    return -1.0f;
-  cudaMemset(x, 0x3c, n * 2);
-  const float scale = 0.05f;
-  cudaMemcpy(s, &scale, 4, cudaMemcpyHostToDevice);
-  const Input<T> in{x, m, k, k, true};
-  const Output out{q, m, k, k, true};
-  const float us = time_us([&] { rows<true><<<dim3(2, 1024), 256>>>(in, out, k / kChunk, s); });
-  cudaFree(x); cudaFree(q); cudaFree(s);
+  const OwnBuffers b;
+  if (!b.ok) return -1.0f;
+  const float us = time_us([&] { b.launch(); });
   return cudaGetLastError() == cudaSuccess ? us : -1.0f;
 }
 
@@ -162,28 +174,21 @@ __global__ void spin(int64_t cycles) {
 // One call at a time, each queued behind a ~0.5 ms spin so the launch is
 // ready before the GPU gets to it (benchlib.time_ms's way); median of 20.
 extern "C" float qv_time_rows_isolated() {
-  const int64_t m = 16384, k = 8192, n = m * k;
-  T* x; uint8_t* q; float* s;
-  if (cudaMalloc(&x, n * 2) != cudaSuccess || cudaMalloc(&q, n) != cudaSuccess || cudaMalloc(&s, 4) != cudaSuccess)
-    return -1.0f;
-  cudaMemset(x, 0x3c, n * 2);
-  const float scale = 0.05f;
-  cudaMemcpy(s, &scale, 4, cudaMemcpyHostToDevice);
-  const Input<T> in{x, m, k, k, true};
-  const Output out{q, m, k, k, true};
+  const OwnBuffers buf;
+  if (!buf.ok) return -1.0f;
   cudaEvent_t a, b;
   cudaEventCreate(&a); cudaEventCreate(&b);
   float t[20];
   for (int i = 0; i < 25; ++i) {
     spin<<<1, 1>>>(1000000);
     cudaEventRecord(a);
-    rows<true><<<dim3(2, 1024), 256>>>(in, out, k / kChunk, s);
+    buf.launch();
     cudaEventRecord(b);
     cudaEventSynchronize(b);
     if (i >= 5) cudaEventElapsedTime(&t[i - 5], a, b);
   }
   std::sort(t, t + 20);
-  cudaFree(x); cudaFree(q); cudaFree(s);
+  cudaEventDestroy(a); cudaEventDestroy(b);
   return cudaGetLastError() == cudaSuccess ? t[10] * 1e3f : -1.0f;
 }
 
@@ -197,19 +202,18 @@ extern "C" float qv_time_rows_on(const void* x, void* q, const float* s, int64_t
 // Fresh buffers after a `pad_mb` allocation held during the timing: does the
 // buffers' place in memory matter? Prints the addresses.
 extern "C" float qv_time_rows_after_pad(int64_t pad_mb) {
-  const int64_t m = 16384, k = 8192, n = m * k;
   void* pad = nullptr;
   if (pad_mb > 0 && cudaMalloc(&pad, pad_mb << 20) != cudaSuccess) return -1.0f;
-  T* x; uint8_t* q; float* s;
-  if (cudaMalloc(&x, n * 2) != cudaSuccess || cudaMalloc(&q, n) != cudaSuccess || cudaMalloc(&s, 4) != cudaSuccess)
-    return -1.0f;
-  cudaMemset(x, 0x3c, n * 2);
-  const float scale = 0.05f;
-  cudaMemcpy(s, &scale, 4, cudaMemcpyHostToDevice);
-  const float us = qv_time_rows_on(x, q, s, m, k);
-  printf("  pad %4lld MB: x %p q %p: %.1f us\n", static_cast<long long>(pad_mb), static_cast<void*>(x), static_cast<void*>(q), us);
-  fflush(stdout);
-  cudaFree(x); cudaFree(q); cudaFree(s);
+  float us = -1.0f;
+  {
+    const OwnBuffers b;
+    if (b.ok) {
+      us = time_us([&] { b.launch(); });
+      printf("  pad %4lld MB: x %p q %p: %.1f us\n", static_cast<long long>(pad_mb), static_cast<void*>(b.x),
+             static_cast<void*>(b.q), us);
+      fflush(stdout);
+    }
+  }
   if (pad) cudaFree(pad);
   return us;
 }
