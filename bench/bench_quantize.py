@@ -2,13 +2,14 @@
 one run. TB/s counts 3 bytes per element (read bf16, write FP8); the per-tensor
 current-scaling row also reads the input a second time (its ceiling ~2.6 TB/s).
 
-The large case is timed on several copies of the input, each in a fresh place
-in GPU memory with its outputs in fresh places too (--placements, default 5),
-and each row gives the median: where the buffers happen to sit moves these
-memory-bound kernels by up to ~9% (a standalone static kernel: 98.5 us in one
-place, 107 in another, same process; bench/NOTES.md, session 13), which one
-placement would report as a property of the kernel. Ours and the anchor run
-on the same copies.
+The large case is timed on several copies of the input (--placements, default
+5), each a new allocation, with the earlier copies and one output of each op
+per copy kept alive so later allocations land elsewhere; each row gives the
+median and records every copy's time. Ours and the anchor run on the same
+copies. The process's allocation history moves these memory-bound kernels by
+up to ~9% (a copy of the static kernel on fixed buffers: 98.9 us, then 106.2
+after an unrelated allocation; bench/NOTES.md, session 13); the copies keep
+one allocation's luck from being reported as the kernel's speed.
 
     python bench/bench_quantize.py --out DIR [--placements P]
 """

@@ -105,6 +105,9 @@ def test_plan_splits_fp8_few_sequences_take_two_blocks_per_sm():
     # Batch 8 (64 pairs) keeps three per SM, as measured (6 splits: 143 us vs 161 at 4).
     assert plan_splits(8, 8, 32768, num_sms=132, fp8=True) == plan_splits(8, 8, 32768, num_sms=132) == 6
     assert plan_splits(1, 8, 32768, num_sms=132, blocks_per_sm=3, fp8=True) == 49  # explicit wins
+    # The edge: 8 pairs on 132 SMs (<= 8.25) take two per SM, 9 pairs three.
+    assert plan_splits(8, 1, 32768, num_sms=132, fp8=True) == 33
+    assert plan_splits(9, 1, 32768, num_sms=132, fp8=True) == plan_splits(9, 1, 32768, num_sms=132) == 44
 
 
 def test_cache_plan_uses_the_fp8_rule():

@@ -379,8 +379,10 @@ constexpr int kAmaxRowsPerStep = sizeof(T) == 4 ? 2 : 4;
 // Blocks per SM that the row-striding kernels' grids aim at, in all (not at
 // once). 32 against 16, one process, 16384 x 8192 bf16 on the H200 (2026-12-02,
 // bench/results/quantize_blocks_per_sm_2026-12-02_h200_4f5bc1d.json): static
-// 105.1 vs 106.9 us, per-tensor current 169.1 vs 169.6, delayed and 1x128
-// within 1%. Only grids of more than ~2000 rows change.
+// 105.1 vs 106.9 us, per-tensor current 169.1 vs 169.6, delayed 111.7 vs 111.0,
+// 1x128 119.2 vs 119.3 (48: static 104.1, per-tensor 169.8). A grid changes
+// only past rows_per_step * num_sms * 16 / x_blocks rows (4224 for rows of
+// up to 4096 16-bit columns in the 2-row passes).
 constexpr int64_t kRowStepBlocksPerSm = 32;
 
 // Grid height for those kernels: about kRowStepBlocksPerSm blocks per SM in

@@ -55,14 +55,16 @@ def capacity_tokens(memory_bytes: int, num_layers: int, num_kv_heads: int, head_
 
 # Decode blocks resident per SM (four warps each; the FP8 kernel's registers are cut for three).
 BLOCKS_PER_SM = 3
-# An FP8 cache with this few (sequence, KV head) pairs per SM or fewer plans for
-# two blocks per SM: one sequence of 8 KV heads then takes 33 longer splits
-# instead of 49. Measured on the H200 past L2 (scripts/device/tune_decode_splits.py,
-# bench/results/decode_splits_2026-12-01_h200_3c13eb8.json), 33 vs 49 splits:
-# 1 x 16384 16.5 vs 18.3 us, 1 x 32768 25.6 vs 26.7, 1 x 131072 72.4 vs 75.4;
-# 1 x 4096 plans 16 either way. The bf16 cache and batch 8 were faster at three
-# per SM (batch 8 x 32768 at two per SM: 161 vs 143 us); batches between were
-# not measured, so the rule stops at what was.
+# An FP8 cache with at most this many (sequence, KV head) pairs per SM plans for
+# two blocks per SM (8.25 pairs on 132 SMs): one sequence of 8 KV heads then
+# takes 33 longer splits instead of 49. Measured on the H200 past L2
+# (scripts/device/tune_decode_splits.py, bench/results/decode_splits_2026-12-01_h200_3c13eb8.json),
+# 33 vs 49 splits: 1 x 16384 16.5 vs 18.3 us, 1 x 32768 25.6 vs 26.7, 1 x 131072
+# 72.4 vs 75.4; 1 x 4096 plans 16 either way. Batch 8 was faster at three per
+# SM (8 x 32768 at two per SM: 161 vs 143 us), and so was the bf16 cache at 32k
+# and 131k (at 16k, 33 and 49 splits were within 1%). Only 1 x 8 heads was
+# measured; the rule also takes in other layouts with as few pairs (1 x 4
+# heads: 66 splits instead of 99; 8 sequences x 1 head, MQA: 33 instead of 49).
 FP8_FEW_ITEMS_PER_SM = 1 / 16
 
 

@@ -92,6 +92,7 @@ CASES = [
     ("expandable_segments", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
     ("alloc_first", {}), ("compile_small", {}), ("scratch_then_compile", {}), ("empty_cache", {}),
     ("chunked_input", {}), ("empty_then_hold_2gb", {}), ("empty_then_hold_20gb", {}), ("hold_20gb_then_empty", {}),
+    ("scratch_4gb", {}), ("compile_static", {}), ("sleep_2s", {}),
 ]
 
 

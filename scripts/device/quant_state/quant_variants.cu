@@ -4,8 +4,13 @@
 //   flat: a persistent grid (blocks_per_sm x SMs) striding over the tensor's
 //         16-element chunks as one array;
 //   rows: the library's kernel shape (blocks walk rows along y, 2 rows a step,
-//         chunks along x, ~16 blocks per SM in all, __launch_bounds__(256, 4)).
-// 16384 x 8192 bf16 -> E4M3, times of 20 back-to-back calls.
+//         chunks along x, __launch_bounds__(256, 4)) with several grid heights.
+//         The library's grid was 2 x 1024 here (16 blocks per SM in all) when
+//         these ran; it is 2 x 2048 (32) since. The ctypes entry points below
+//         time the 2 x 1024 grid, as measured in session 13.
+// 16384 x 8192 bf16 -> E4M3, times of 20 back-to-back calls. From the
+// repository root (with -shared -Xcompiler -fPIC -DQV_LIBRARY -o /tmp/libqv.so
+// instead of -o /tmp/qv: the library that the diag_*.py scripts load):
 //   nvcc -O3 -std=c++17 -arch=sm_90a -I csrc/include -I csrc/quant -o /tmp/qv scripts/device/quant_state/quant_variants.cu
 #include <algorithm>
 #include <cstdio>

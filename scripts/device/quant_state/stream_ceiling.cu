@@ -1,6 +1,7 @@
 // What a 2-byte-read / 1-byte-write stream can reach on this GPU, next to a
 // plain copy, and whether the per-thread load pattern matters. Standalone (no
-// fp8ext): nvcc -O3 -arch=sm_90a -o /tmp/sc stream_ceiling.cu && /tmp/sc
+// fp8ext), from the repository root:
+//   nvcc -O3 -arch=sm_90a -o /tmp/sc scripts/device/quant_state/stream_ceiling.cu && /tmp/sc
 //   chunk16:  a thread reads 16 contiguous bf16 (two 16-byte loads, each warp
 //             instruction touching every other 16 bytes) and writes 16 codes
 //             (one 16-byte store): the pattern of fp8ext's quantize kernels;
