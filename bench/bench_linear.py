@@ -3,7 +3,10 @@ linears (qkv 6144x4096, o 4096x4096, gate_up 28672x4096, down 4096x14336), bf16 
 and out, activation quantization included, graph-timed with the weights of
 several layers rotated past L2, against bf16 nn.Linear and torchao's FP8
 inference (Float8DynamicActivationFloat8WeightConfig, per-tensor and per-row,
-under torch.compile) in the same run.
+under torch.compile) in the same run. torchao's config uses FP8 fast
+accumulation by default; fp8ext rows run with and without it
+(``Recipe(fast_accum=...)``), and each fp8ext row's ratio is against the faster
+torchao variant.
 
     python bench/bench_linear.py --out DIR
 
@@ -56,7 +59,12 @@ def without_pdl(stack):
 def variants():
     """name -> function(stack in bf16) -> callable stack, or a string saying why it is skipped."""
     out = {"bf16 nn.Linear": lambda s: s}
-    for label, recipe in (("fp8ext per-tensor", fp8ext.CurrentScaling()), ("fp8ext row-wise", fp8ext.RowWise())):
+    # torchao's Float8DynamicActivationFloat8WeightConfig defaults to FP8 fast
+    # accumulation (Float8MMConfig(use_fast_accum=True), torchao 0.18): the
+    # ", fast accum" rows are the like-for-like comparison with it.
+    for label, recipe in (("fp8ext per-tensor", fp8ext.CurrentScaling()), ("fp8ext row-wise", fp8ext.RowWise()),
+                          ("fp8ext per-tensor, fast accum", fp8ext.CurrentScaling(fast_accum=True)),
+                          ("fp8ext row-wise, fast accum", fp8ext.RowWise(fast_accum=True))):
         out[label] = (lambda r: lambda s: (fp8ext.convert(s, r), s)[1])(recipe)
     out["fp8ext row-wise, PDL off"] = lambda s: without_pdl((fp8ext.convert(s, fp8ext.RowWise()), s)[1])
     try:

@@ -231,6 +231,36 @@ def test_cuda_matches_cpu_reference(recipe, m, seed):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("recipe", [CurrentScaling(fast_accum=True), RowWise(fast_accum=True)], ids=["tensor", "row"])
+@pytest.mark.parametrize("m", [16, 1000, 2048])
+def test_cuda_fast_accum_close_to_cpu_reference(recipe, m, seed):
+    # M > 128 takes the fast-accumulation kernel; K = 4096 gives its error room to show.
+    linear = nn.Linear(4096, 1536).to(torch.bfloat16)
+    x = torch.randn(m, 4096, dtype=torch.bfloat16)
+    want = FP8Linear.from_linear(linear, recipe)(x)  # the CPU path is exact either way
+    got = FP8Linear.from_linear(linear, recipe).cuda()(x.cuda()).cpu()
+    assert rel_error(got, want.double()) < 1e-2
+
+
+def test_fast_accum_reaches_the_gemm(monkeypatch, seed):
+    calls = []
+    real = fp8ext.gemm.scaled_mm
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("use_fast_accum"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fp8ext.gemm, "scaled_mm", spy)
+    linear = nn.Linear(64, 32)
+    x = torch.randn(5, 64)
+    slow = FP8Linear.from_linear(linear, RowWise())
+    fast = FP8Linear.from_linear(linear, RowWise(fast_accum=True))
+    assert torch.equal(fast(x), slow(x))  # the CPU reference is exact with or without it
+    assert calls == [True, False]
+    assert "fast_accum" in repr(fast) and "fast_accum" not in repr(slow)
+
+
+@pytest.mark.gpu
 def test_cuda_graph_replay_of_a_converted_model(seed):
     model = TinyLM().cuda().to(torch.bfloat16)
     convert(model, RowWise())

@@ -64,5 +64,13 @@ def test_margin_type():
         Recipe(margin=1.5)
 
 
+def test_fast_accum():
+    assert Recipe().fast_accum is False
+    r = RowWise(fast_accum=True)
+    assert r.fast_accum and r.replace(margin=1).fast_accum and type(r.replace(margin=1)) is RowWise
+    with pytest.raises(TypeError, match="fast_accum"):
+        Recipe(fast_accum=1)
+
+
 def test_presets_listed():
     assert set(recipes.PRESETS) == {CurrentScaling, DelayedScaling, PerTensorStatic, RowWise, BlockWise}

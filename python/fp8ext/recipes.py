@@ -56,6 +56,12 @@ class Recipe:
         power_of_two_scales: round every scale up to a power of two.
         amax_history_len: history length for delayed scaling.
         amax_compute_algo: "max" over the history or "most_recent".
+        fast_accum: let the GEMM skip the periodic fp32 promotion of the tensor
+            cores' partial sums where that is faster (:func:`fp8ext.scaled_mm`'s
+            ``use_fast_accum``): what torchao's FP8 inference and Transformer
+            Engine's forward GEMMs do by default, at an error that grows with K.
+            Off by default; the block-wise GEMM always promotes; the CPU path
+            computes exactly either way.
     """
 
     weight_granularity: str = "per_tensor"
@@ -67,6 +73,7 @@ class Recipe:
     power_of_two_scales: bool = False
     amax_history_len: int = 1024
     amax_compute_algo: str = "max"
+    fast_accum: bool = False
 
     def __post_init__(self):
         _choice("weight_granularity", self.weight_granularity, WEIGHT_GRANULARITIES)
@@ -79,6 +86,8 @@ class Recipe:
             raise TypeError(f"margin must be an int, got {type(self.margin).__name__}")
         if abs(self.margin) > MAX_MARGIN:
             raise ValueError(f"margin must be in [-{MAX_MARGIN}, {MAX_MARGIN}], got {self.margin}")
+        if not isinstance(self.fast_accum, bool):
+            raise TypeError(f"fast_accum must be a bool, got {type(self.fast_accum).__name__}")
         if not isinstance(self.amax_history_len, int) or self.amax_history_len < 1:
             raise ValueError(f"amax_history_len must be an int >= 1, got {self.amax_history_len!r}")
         if self.activation_mode != "current" and self.activation_granularity != "per_tensor":

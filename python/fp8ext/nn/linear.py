@@ -131,7 +131,8 @@ class FP8Linear(nn.Module):
         if self.recipe.weight_granularity == "block" and not self._blockwise_gemm_takes_it:
             # E5M2 blocks: exact FP8 emulation (the block-wise kernels take E4M3 only)
             return self._float_matmul(quantize_api.dequantize(q, s, "group", cols=self.in_features), bias, out_dtype)
-        return gemm.scaled_mm(q, self.weight, s, self.weight_scale, out_dtype=out_dtype, bias=bias)
+        return gemm.scaled_mm(q, self.weight, s, self.weight_scale, out_dtype=out_dtype, bias=bias,
+                              use_fast_accum=self.recipe.fast_accum)
 
     @property
     def computes_in_high_precision(self) -> bool:
@@ -200,7 +201,7 @@ class FP8Linear(nn.Module):
         r = self.recipe
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"weight={r.weight_format.name}/{r.weight_granularity}, activation={r.activation_format.name}/"
-                f"{r.activation_mode}/{r.activation_granularity}")
+                f"{r.activation_mode}/{r.activation_granularity}" + (", fast_accum" if r.fast_accum else ""))
 
 
 def _adapt_checkpoint(layer: FP8Linear, sd: dict, prefix: str) -> None:
