@@ -114,7 +114,7 @@ def test_cache_plan_uses_the_fp8_rule():
     for dtype, splits in ((torch.float8_e4m3fn, 33), (torch.bfloat16, 49)):
         cache = make_cache(dtype, heads=8, pages=2048)
         cache.append("a", 32768)
-        assert cache.plan(["a"], num_sms=132).num_splits == splits
+        assert cache.plan(["a"], num_sms=132).num_splits == cache.plan_splits(1, 32768, 132) == splits
 
 
 # ---- pages ------------------------------------------------------------------------

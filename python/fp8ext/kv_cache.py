@@ -213,6 +213,10 @@ class PagedKVCache:
         return torch.ops.fp8ext.kv_cache_write_rotary(qkv, cos, sin, self.k[layer], self.v[layer], slot_mapping,
                                                       self.k_scale[layer], self.v_scale[layer], num_q_heads)
 
+    def plan_splits(self, batch: int, max_len: int, num_sms: int) -> int:
+        """:func:`plan_splits` for this cache: its KV heads, and its dtype's rule."""
+        return plan_splits(batch, self.num_kv_heads, max_len, num_sms, fp8=self.dtype in FP8_CACHE_DTYPES)
+
     def plan(self, seq_ids: Sequence, num_sms: int | None = None, out: DecodePlan | None = None) -> DecodePlan:
         """Block table and lengths of these sequences for one decode step (host-side).
         With `out`, refills its tensors in place (same batch size), so a CUDA
@@ -234,8 +238,7 @@ class PagedKVCache:
             if num_sms is None:
                 num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
                            if self.device.type == "cuda" else 132)
-            splits = plan_splits(len(seq_ids), self.num_kv_heads, int(lens.max()) if len(seq_ids) else 0, num_sms,
-                                 fp8=self.dtype in FP8_CACHE_DTYPES)
+            splits = self.plan_splits(len(seq_ids), int(lens.max()) if len(seq_ids) else 0, num_sms)
             return DecodePlan(seq_ids, table.to(self.device), lens.to(self.device), splits)
         if out.block_table.shape[0] != len(seq_ids):
             raise ValueError(f"out holds a plan for {out.block_table.shape[0]} sequences, got {len(seq_ids)}")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fp8ext.cuda_graphs import capture
-from fp8ext.kv_cache import FP8_CACHE_DTYPES, DecodePlan, PagedKVCache, plan_splits
+from fp8ext.kv_cache import DecodePlan, PagedKVCache
 from fp8ext.serving.model import LlamaModel
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -49,9 +49,8 @@ class _Graph:
         self.positions = torch.zeros(batch, dtype=torch.long, device=dev)
         self.slots = torch.full((batch,), -1, dtype=torch.long, device=dev)
         self.live = torch.zeros(batch, dtype=model.dtype, device=dev)
-        splits = plan_splits(batch, cache.num_kv_heads, cache.max_pages_per_seq * cache.page_size,
-                             torch.cuda.get_device_properties(dev).multi_processor_count,
-                             fp8=cache.dtype in FP8_CACHE_DTYPES)
+        splits = cache.plan_splits(batch, cache.max_pages_per_seq * cache.page_size,
+                                   torch.cuda.get_device_properties(dev).multi_processor_count)
         self.plan = DecodePlan([], torch.zeros(batch, cache.max_pages_per_seq, dtype=torch.int32, device=dev),
                                torch.zeros(batch, dtype=torch.int32, device=dev), splits)
         self.graph, self.logits = capture(
