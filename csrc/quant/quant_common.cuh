@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "fp8ext/cuda_launch.h"
 #include "fp8ext/scaling.h"
@@ -385,12 +386,20 @@ constexpr int kAmaxRowsPerStep = sizeof(T) == 4 ? 2 : 4;
 // up to 4096 16-bit columns in the 2-row passes).
 constexpr int64_t kRowStepBlocksPerSm = 32;
 
-// Grid height for those kernels: about kRowStepBlocksPerSm blocks per SM in
-// all, with the row groups spread evenly over them.
-inline unsigned row_step_grid_y(int64_t rows, int64_t x_blocks, int rows_per_step) {
+// TEMPORARY (session 14 A/B, removed once timed): an integer knob read from
+// the environment at each launch, `fallback` when unset.
+inline int64_t ab_knob(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::max(1, std::min(64, std::atoi(v))) : fallback;
+}
+
+// Grid height for those kernels: about blocks_per_sm blocks per SM in all,
+// with the row groups spread evenly over them.
+inline unsigned row_step_grid_y(int64_t rows, int64_t x_blocks, int rows_per_step,
+                                int64_t blocks_per_sm = ab_knob("FP8EXT_QUANT_BPS", kRowStepBlocksPerSm)) {
   const int64_t groups = std::max<int64_t>(1, ceil_div(rows, rows_per_step));
   const int64_t target =
-      std::max<int64_t>(1, int64_t{num_sms()} * kRowStepBlocksPerSm / std::max<int64_t>(1, x_blocks));
+      std::max<int64_t>(1, int64_t{num_sms()} * blocks_per_sm / std::max<int64_t>(1, x_blocks));
   const int64_t steps = ceil_div(groups, target);
   return static_cast<unsigned>(std::min<int64_t>(ceil_div(groups, steps), 65535));
 }

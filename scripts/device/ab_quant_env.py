@@ -5,6 +5,9 @@ codes checked equal across values.
 
     python3 scripts/device/ab_quant_env.py --var FP8EXT_PDL --settings 1 0 [--rounds 3] [--out DIR]
 
+Without --var, each setting is a comma-separated list of VAR=VALUE ("-" for
+none); every variable named in any setting is unset before each setting.
+
 (FP8EXT_QUANT_BLOCKS_PER_SM, which session 13 timed with it, is now a constant: kRowStepBlocksPerSm.)
 """
 import argparse
@@ -25,7 +28,7 @@ F8 = torch.float8_e4m3fn
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--var", required=True)
+    ap.add_argument("--var")
     ap.add_argument("--settings", nargs="+", required=True)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out")
@@ -42,10 +45,18 @@ def main():
         "per_tensor_current": lambda: ops.quantize_per_tensor(x, F8, 0, False, 0)[0],
         "group_1x128": lambda: ops.quantize_per_group(x, F8, 0, False, 0)[0],
     }
+    def assignments(st):
+        if args.var:
+            return {args.var: st}
+        return dict(a.split("=", 1) for a in st.split(",") if a != "-")
+
+    named = {v for st in args.settings for v in assignments(st)}
     ref, times = {}, {(st, c): [] for st in args.settings for c in cases}
     for rnd in range(args.rounds):
         for st in args.settings:
-            os.environ[args.var] = st
+            for v in named:
+                os.environ.pop(v, None)
+            os.environ.update(assignments(st))
             for name, fn in cases.items():
                 if rnd == 0 and name != "delayed":  # the codes must not depend on the setting
                     q = fn().view(torch.uint8).clone()
@@ -56,7 +67,7 @@ def main():
         us = statistics.median(t)
         rows.append({"setting": st, "case": name, "us_rounds": [round(v, 2) for v in t], "us": round(us, 2),
                      "tb_s_3B": round(m * k * 3 / us / 1e6, 3)})
-        print(f"{args.var}={st} {name:20s} {us:8.2f} us  {rows[-1]['tb_s_3B']:.3f} TB/s  rounds {rows[-1]['us_rounds']}")
+        print(f"{args.var or ''}{'=' if args.var else ''}{st} {name:20s} {us:8.2f} us  {rows[-1]['tb_s_3B']:.3f} TB/s  rounds {rows[-1]['us_rounds']}")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "ab_quant_env.json"), "w") as f:
