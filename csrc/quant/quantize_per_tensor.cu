@@ -6,7 +6,6 @@
 // grid-stride over a grid of a few blocks per SM, so per-block set-up (the
 // scale, its reciprocal) is paid rarely and no 64-bit division is needed.
 #include <algorithm>
-#include <cstdlib>
 
 #include "fp8ext/quantize_cuda.h"
 #include "quant_common.cuh"
@@ -251,10 +250,7 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
                                 float* scale_out, float* amax_workspace, cudaStream_t stream) {
   if (x.rows * x.cols > 0 && detail::per_tensor_fits_one_pass(x, q))
     return detail::quantize_per_tensor_one_pass(x, rule, q, scale_out, stream);
-  // TEMPORARY (session 14, timing only): FP8EXT_QUANT_SKIP_ZERO=1 leaves the
-  // workspace as it is; correct only when the last call's amax was not larger.
-  const char* skip = std::getenv("FP8EXT_QUANT_SKIP_ZERO");
-  cudaError_t err = (skip && skip[0] == '1') ? cudaSuccess : zero_workspace(amax_workspace, 1, stream);
+  cudaError_t err = zero_workspace(amax_workspace, 1, stream);
   if (err != cudaSuccess) return err;
   const int64_t chunks = write_chunks_per_row(q);
   const int64_t read_chunks = ceil_div(x.cols, kChunk);
