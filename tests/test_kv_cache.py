@@ -94,27 +94,39 @@ def test_plan_splits_fills_the_gpu_with_one_long_sequence():
     assert plan_splits(1, 8, 0) == 1
 
 
-def test_plan_splits_fp8_few_sequences_take_two_blocks_per_sm():
-    # One sequence on an FP8 cache: 33 longer splits (two blocks per SM),
+def test_plan_splits_pipelined_few_sequences_take_two_blocks_per_sm():
+    # One sequence on the pipelined FP8 kernel: 33 longer splits (two blocks per SM),
     # which the H200 sweep of 2026-12-01 measured 4-10% faster than 49.
     for length in (16384, 32768, 131072):
-        assert plan_splits(1, 8, length, num_sms=132, fp8=True) == 33
+        assert plan_splits(1, 8, length, num_sms=132, pipelined=True) == 33
         assert plan_splits(1, 8, length, num_sms=132) == 49  # bf16 keeps three per SM
-    assert plan_splits(2, 8, 32768, num_sms=132, fp8=True) == 24  # not measured: three per SM
-    assert plan_splits(1, 8, 4096, num_sms=132, fp8=True) == 16  # short: MIN_TOKENS_PER_SPLIT decides
+    assert plan_splits(2, 8, 32768, num_sms=132, pipelined=True) == 24  # not measured: three per SM
+    assert plan_splits(1, 8, 4096, num_sms=132, pipelined=True) == 16  # short: MIN_TOKENS_PER_SPLIT decides
     # Batch 8 (64 pairs) keeps three per SM, as measured (6 splits: 143 us vs 161 at 4).
-    assert plan_splits(8, 8, 32768, num_sms=132, fp8=True) == plan_splits(8, 8, 32768, num_sms=132) == 6
-    assert plan_splits(1, 8, 32768, num_sms=132, blocks_per_sm=3, fp8=True) == 49  # explicit wins
+    assert plan_splits(8, 8, 32768, num_sms=132, pipelined=True) == plan_splits(8, 8, 32768, num_sms=132) == 6
+    assert plan_splits(1, 8, 32768, num_sms=132, blocks_per_sm=3, pipelined=True) == 49  # explicit wins
     # The edge: 8 pairs on 132 SMs (<= 8.25) take two per SM, 9 pairs three.
-    assert plan_splits(8, 1, 32768, num_sms=132, fp8=True) == 33
-    assert plan_splits(9, 1, 32768, num_sms=132, fp8=True) == plan_splits(9, 1, 32768, num_sms=132) == 44
+    assert plan_splits(8, 1, 32768, num_sms=132, pipelined=True) == 33
+    assert plan_splits(9, 1, 32768, num_sms=132, pipelined=True) == plan_splits(9, 1, 32768, num_sms=132) == 44
 
 
-def test_cache_plan_uses_the_fp8_rule():
-    for dtype, splits in ((torch.float8_e4m3fn, 33), (torch.bfloat16, 49)):
-        cache = make_cache(dtype, heads=8, pages=2048)
-        cache.append("a", 32768)
-        assert cache.plan(["a"], num_sms=132).num_splits == cache.plan_splits(1, 32768, 132) == splits
+@pytest.mark.parametrize("dtype, dim, pipeline_env, splits", [
+    (torch.float8_e4m3fn, 128, None, 33),  # the pipelined kernel: two blocks per SM
+    (torch.float8_e5m2, 128, "1", 33),
+    (torch.float8_e4m3fn, 128, "0", 49),  # FP8EXT_DECODE_PIPELINE=0: the register kernel, three per SM
+    (torch.float8_e4m3fn, 64, None, 49),  # other head dims take the register kernel
+    (torch.float8_e4m3fn, 256, None, 49),
+    (torch.bfloat16, 128, None, 49),
+])
+def test_cache_plan_uses_its_kernels_rule(monkeypatch, dtype, dim, pipeline_env, splits):
+    if pipeline_env is None:
+        monkeypatch.delenv("FP8EXT_DECODE_PIPELINE", raising=False)
+    else:
+        monkeypatch.setenv("FP8EXT_DECODE_PIPELINE", pipeline_env)
+    cache = make_cache(dtype, heads=8, dim=dim, pages=2048)
+    cache.append("a", 32768)
+    assert cache.takes_pipelined_decode() == (splits == 33)
+    assert cache.plan(["a"], num_sms=132).num_splits == cache.plan_splits(1, 32768, 132) == splits
 
 
 # ---- pages ------------------------------------------------------------------------

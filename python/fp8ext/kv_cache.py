@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import warnings
 from typing import Mapping, Sequence
 
@@ -55,31 +56,42 @@ def capacity_tokens(memory_bytes: int, num_layers: int, num_kv_heads: int, head_
 
 # Decode blocks resident per SM (four warps each; the FP8 kernel's registers are cut for three).
 BLOCKS_PER_SM = 3
-# An FP8 cache with at most this many (sequence, KV head) pairs per SM plans for
-# two blocks per SM (8.25 pairs on 132 SMs): one sequence of 8 KV heads then
-# takes 33 longer splits instead of 49. Measured on the H200 past L2
-# (scripts/device/tune_decode_splits.py, bench/results/decode_splits_2026-12-01_h200_3c13eb8.json),
-# 33 vs 49 splits: 1 x 16384 16.5 vs 18.3 us, 1 x 32768 25.6 vs 26.7, 1 x 131072
-# 72.4 vs 75.4; 1 x 4096 plans 16 either way. Batch 8 was faster at three per
-# SM (8 x 32768 at two per SM: 161 vs 143 us), and so was the bf16 cache at 32k
-# and 131k (at 16k, 33 and 49 splits were within 1%). Only 1 x 8 heads was
-# measured; the rule also takes in other layouts with as few pairs (1 x 4
-# heads: 66 splits instead of 99; 8 sequences x 1 head, MQA: 33 instead of 49).
+# The pipelined FP8 kernel (an FP8 cache at head_dim 128) with at most this many
+# (sequence, KV head) pairs per SM plans for two blocks per SM (8.25 pairs on
+# 132 SMs): one sequence of 8 KV heads then takes 33 longer splits instead of
+# 49. Measured on the H200 past L2 (scripts/device/tune_decode_splits.py,
+# bench/results/decode_splits_2026-12-01_h200_3c13eb8.json), 33 vs 49 splits:
+# 1 x 16384 16.5 vs 18.3 us, 1 x 32768 25.6 vs 26.7, 1 x 131072 72.4 vs 75.4;
+# 1 x 4096 plans 16 either way. Batch 8 was faster at three per SM (8 x 32768
+# at two per SM: 161 vs 143 us), and so was the bf16 cache at 32k and 131k (at
+# 16k, 33 and 49 splits were within 1%). Only 1 x 8 heads was measured; the
+# rule also takes in other layouts with as few pairs (1 x 4 heads: 66 splits
+# instead of 99; 8 sequences x 1 head, MQA: 33 instead of 49).
+# The register kernel (other head dims, or FP8EXT_DECODE_PIPELINE=0) keeps three
+# per SM: given 33 splits by the bench, it read 2.71 TB/s on 1 x 131072 (H200,
+# decode_2026-12-02_h200_session14_04748b2.json), where an earlier run at 49 read
+# 3.27 (2026-11-30; two runs, not an A/B).
 FP8_FEW_ITEMS_PER_SM = 1 / 16
 
 
+def decode_pipeline_enabled() -> bool:
+    """Whether FP8 caches at head_dim 128 take the pipelined decode kernel: as
+    the C++ launcher decides, from FP8EXT_DECODE_PIPELINE (read at each call)."""
+    return os.environ.get("FP8EXT_DECODE_PIPELINE") != "0"
+
+
 def plan_splits(batch: int, num_kv_heads: int, max_len: int, num_sms: int = 132,
-                blocks_per_sm: int | None = None, fp8: bool = False) -> int:
+                blocks_per_sm: int | None = None, pipelined: bool = False) -> int:
     """KV splits per sequence for the decode kernel. The (batch x heads x
     splits) blocks run in waves of blocks_per_sm x num_sms, each block costing
     its share of the tokens plus a fixed SPLIT_OVERHEAD_TOKENS; this takes the
     split count with the least waves x cost, none shorter than
     MIN_TOKENS_PER_SPLIT tokens. blocks_per_sm defaults to BLOCKS_PER_SM, or 2
-    for an FP8 cache (fp8=True) with at most FP8_FEW_ITEMS_PER_SM (sequence,
-    KV head) pairs per SM."""
+    for the pipelined FP8 kernel (pipelined=True) with at most
+    FP8_FEW_ITEMS_PER_SM (sequence, KV head) pairs per SM."""
     items = max(1, batch * num_kv_heads)
     if blocks_per_sm is None:
-        blocks_per_sm = 2 if fp8 and items <= FP8_FEW_ITEMS_PER_SM * num_sms else BLOCKS_PER_SM
+        blocks_per_sm = 2 if pipelined and items <= FP8_FEW_ITEMS_PER_SM * num_sms else BLOCKS_PER_SM
     slots = blocks_per_sm * num_sms
     most = max(1, math.ceil(max_len / MIN_TOKENS_PER_SPLIT))
 
@@ -214,8 +226,13 @@ class PagedKVCache:
                                                       self.k_scale[layer], self.v_scale[layer], num_q_heads)
 
     def plan_splits(self, batch: int, max_len: int, num_sms: int) -> int:
-        """:func:`plan_splits` for this cache: its KV heads, and its dtype's rule."""
-        return plan_splits(batch, self.num_kv_heads, max_len, num_sms, fp8=self.dtype in FP8_CACHE_DTYPES)
+        """:func:`plan_splits` for this cache: its KV heads, and the rule of the
+        decode kernel it takes (the pipelined one for FP8 at head_dim 128)."""
+        return plan_splits(batch, self.num_kv_heads, max_len, num_sms, pipelined=self.takes_pipelined_decode())
+
+    def takes_pipelined_decode(self) -> bool:
+        """Whether decode attention over this cache runs the pipelined FP8 kernel."""
+        return self.dtype in FP8_CACHE_DTYPES and self.head_dim == 128 and decode_pipeline_enabled()
 
     def plan(self, seq_ids: Sequence, num_sms: int | None = None, out: DecodePlan | None = None) -> DecodePlan:
         """Block table and lengths of these sequences for one decode step (host-side).

@@ -12,7 +12,7 @@ for batch, context in [(1, 32768), (64, 4096)]:
     lens = torch.full((batch,), context, device="cuda", dtype=torch.int32)
     q = torch.randn(batch, 32, 128, device="cuda", dtype=torch.bfloat16)
     one = torch.ones((), device="cuda")
-    splits = plan_splits(batch, 8, context, torch.cuda.get_device_properties(0).multi_processor_count, fp8=True)
+    splits = plan_splits(batch, 8, context, torch.cuda.get_device_properties(0).multi_processor_count, pipelined=True)
     for _ in range(2):
         torch.ops.fp8ext.paged_decode_attention(q, k, v, table, lens, one, one, 128 ** -0.5, splits)
 torch.cuda.synchronize()

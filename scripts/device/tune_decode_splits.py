@@ -51,7 +51,7 @@ def main():
         one = torch.ones((), device="cuda")
         lens = torch.full((batch,), context, device="cuda", dtype=torch.int32)
         for name in args.dtypes:
-            planned = plan_splits(batch, KV_HEADS, context, sms, fp8=name != "bf16")
+            planned = plan_splits(batch, KV_HEADS, context, sms, pipelined=name != "bf16")  # FP8 at DIM 128
             (k, v), tables, nbytes = copies_of_cache(batch, context, DTYPES[name])
             timings = {}
             for splits in sorted({s for s in CANDIDATES if context // s >= 128} | {planned}):
