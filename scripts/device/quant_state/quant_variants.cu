@@ -15,13 +15,13 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "diag_timing.cuh"
 #include "quant_common.cuh"
 
 using namespace fp8ext;
 using namespace fp8ext::cuda::detail;
 using T = __nv_bfloat16;
 
-#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
 
 template <bool kOurs>
 __device__ __forceinline__ Codes encode(const float (&v)[kChunk], const Scale& scale) {
@@ -72,19 +72,6 @@ __global__ void __launch_bounds__(256, 4) rows(Input<T> in, Output out, int64_t 
         out.store(r + i * step, c * kChunk, encode<kOurs>(v, scale));
       }
     }
-}
-
-template <typename F>
-float time_us(F f) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a); cudaEventCreate(&b);
-  for (int i = 0; i < 5; ++i) f();
-  cudaEventRecord(a);
-  for (int i = 0; i < 20; ++i) f();
-  cudaEventRecord(b);
-  cudaEventSynchronize(b);
-  float ms; cudaEventElapsedTime(&ms, a, b);
-  return ms * 1e3f / 20;
 }
 
 #ifndef QV_LIBRARY

@@ -13,7 +13,8 @@
 #include <cstdio>
 #include <cstdint>
 
-#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
+#include "diag_timing.cuh"
+
 
 __device__ __forceinline__ uint32_t enc4(const __nv_bfloat16* v, float inv) {
   float f[4];
@@ -65,19 +66,6 @@ __global__ void __launch_bounds__(256) quant(const uint4* __restrict__ in, uint8
 __global__ void copy16(const uint4* __restrict__ in, uint4* __restrict__ out, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     __stcs(out + i, __ldcs(in + i));
-}
-
-template <typename F>
-float time_us(F f) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a); cudaEventCreate(&b);
-  for (int i = 0; i < 5; ++i) f();
-  cudaEventRecord(a);
-  for (int i = 0; i < 20; ++i) f();
-  cudaEventRecord(b);
-  cudaEventSynchronize(b);
-  float ms; cudaEventElapsedTime(&ms, a, b);
-  return ms * 1e3f / 20;
 }
 
 int main() {
