@@ -55,15 +55,15 @@ def decode_row(batch, context, page_size, dim=DIM):
             vd = v.float()[table.long()].reshape(batch, context, KV_HEADS, dim).transpose(1, 2)
             want = F.scaled_dot_product_attention(q.float().unsqueeze(2), kd, vd, enable_gqa=True).squeeze(2)
             del kd, vd
-            error = lambda: round(((run().float() - want).norm() / want.norm()).item(), 5)  # noqa: E731
-            row["fp8_max_rel_error"] = error()
+            error = lambda fn: round(((fn().float() - want).norm() / want.norm()).item(), 5)  # noqa: E731
+            row["fp8_max_rel_error"] = error(run)
             if dim == 128:  # the register kernel (FP8EXT_DECODE_PIPELINE=0), side by side with the default pipeline
                 reg_splits = plan_splits(batch, KV_HEADS, context, sms)  # what the cache plans with it
                 row["fp8_registers_num_splits"] = reg_splits
                 reg = lambda: torch.ops.fp8ext.paged_decode_attention(  # noqa: E731
                     q, k, v, table, lens, scale, scale, dim ** -0.5, reg_splits)
                 with mock.patch.dict(os.environ, {"FP8EXT_DECODE_PIPELINE": "0"}):
-                    row["fp8_registers_max_rel_error"] = round(((reg().float() - want).norm() / want.norm()).item(), 5)
+                    row["fp8_registers_max_rel_error"] = error(reg)
                     reg_ms = graph_time_ms(reg)
                 row["fp8_registers_ms"] = round(reg_ms, 5)
                 row["fp8_registers_TBps"] = round(kv_elems / reg_ms / 1e9, 3)

@@ -379,9 +379,10 @@ constexpr int kAmaxRowsPerStep = sizeof(T) == 4 ? 2 : 4;
 // Blocks per SM that the row-striding kernels' grids aim at, in all (not at
 // once). Below rows_per_step * num_sms * blocks_per_sm / x_blocks rows (12672
 // at 48 for rows of up to 4096 16-bit columns in the 2-row passes) every row
-// group gets its own block. Measured in one process, 16384 x 8192 bf16 on the H200, with the codes checked equal:
-// - single-pass kernels (static, delayed, 1x128; cast follows, untimed): 48. Against 32
-//   (2026-12-02, quantize_blocks_per_sm_session14_2026-12-02_h200_04748b2.json):
+// group gets its own block. Measured in one process, 16384 x 8192 bf16 on the
+// H200, with the codes checked equal:
+// - single-pass kernels (static, delayed, 1x128; cast follows, untimed): 48.
+//   Against 32 (2026-12-02, quantize_blocks_per_sm_session14_2026-12-02_h200_04748b2.json):
 //   static 104.6 vs 105.9 us, delayed 110.0 vs 111.2, 1x128 114.3 vs 115.0;
 //   64 gave static 104.3 but delayed 111.9. 32 had beaten 16 by 1.8 us static.
 // - per-tensor current scaling's amax and quantize passes: 32. Its quantize
