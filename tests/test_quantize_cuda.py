@@ -31,6 +31,25 @@ def test_cuda_matches_cpu(op, dtype, fp8, shape, seed):
         assert s.stride() == s_cpu.stride() and torch.equal(s.cpu(), s_cpu)
 
 
+# Large enough for the two-pass path; (1, 4.3M) gives the amax pass more chunk
+# columns than it has partial slots (kAmaxPartials blocks), so its grid is capped.
+@pytest.mark.parametrize("shape", [(1, 4_300_000), (3, 1_500_000), (20000, 300), (2048, 4096)], ids=str)
+def test_cuda_per_tensor_amax_found_anywhere(shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g).to(torch.bfloat16)
+    rows, cols = shape
+    where = [(0, 0), (rows - 1, cols - 1), (int(torch.randint(rows, (1,), generator=g)),
+                                           int(torch.randint(cols, (1,), generator=g)))]
+    x_gpu = x.cuda()
+    for r, c in where:
+        planted = x_gpu.clone()
+        planted[r, c] = -1000.0
+        q, s = torch.ops.fp8ext.quantize_per_tensor(planted, torch.float8_e4m3fn, 0, False, 0)
+        assert s.item() == pytest.approx(1000.0 / 448.0, rel=1e-6), (r, c)
+        q_cpu, s_cpu = torch.ops.fp8ext.quantize_per_tensor(planted.cpu(), torch.float8_e4m3fn, 0, False, 0)
+        assert torch.equal(s.cpu(), s_cpu) and same_bits(q, q_cpu)
+
+
 @pytest.mark.parametrize("fp8", FP8, ids=str)
 def test_cuda_with_scale_and_cast_match_cpu(fp8, seed):
     x = random_input((77, 4100), torch.bfloat16, seed, non_finite=True)
