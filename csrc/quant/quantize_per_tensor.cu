@@ -6,8 +6,6 @@
 // grid-stride over a grid of a few blocks per SM, so per-block set-up (the
 // scale, its reciprocal) is paid rarely and no 64-bit division is needed.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "fp8ext/quantize_cuda.h"
 #include "quant_common.cuh"
@@ -96,21 +94,6 @@ struct DelayedUpdate {  // present only for delayed scaling
   bool use_history_max;
 };
 
-// The grid-wide amax from the amax pass's per-block partials (n of them, at
-// most kAmaxPartials): each thread loads up to four, then a block max.
-__device__ __forceinline__ float amax_from_partials(const float* partials, int n, float* smem) {
-  float p[kAmaxPartials / kThreads];
-#pragma unroll
-  for (int j = 0; j < kAmaxPartials / kThreads; ++j) {
-    const int i = threadIdx.x + j * kThreads;
-    p[j] = i < n ? partials[i] : 0.0f;
-  }
-  float m = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kAmaxPartials / kThreads; ++j) m = fmaxf(m, p[j]);
-  return block_max(m, smem);
-}
-
 // Quantizes every chunk with a scale read from device memory (or derived from
 // an amax there), and block 0 records the scale it used. With kReduceAmax it
 // also reduces the amax of what it reads into workspace[0]; the last block to
@@ -119,7 +102,7 @@ template <typename T, Fp8Format F, bool kScaleFromAmax, bool kReduceAmax>
 __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> in, Output out, int64_t chunks_per_row,
                                                                    const float* scale_or_amax, ScaleRule rule,
                                                                    float* scale_record, float* workspace,
-                                                                   DelayedUpdate delayed, int amax_partials) {
+                                                                   DelayedUpdate delayed) {
   __shared__ float smem[32];
   __shared__ bool last_block;
   constexpr int N = kQuantizeRowsPerStep;
@@ -129,13 +112,7 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
   constexpr bool kReverse = kScaleFromAmax;
   prefetch_first_step<kReverse, N>(in, chunks_per_row);
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): only the prefetch above comes before this
-  float s;
-  if (!kScaleFromAmax)
-    s = *scale_or_amax;
-  else if (amax_partials >= 0)
-    s = scale_from_amax(amax_from_partials(scale_or_amax, amax_partials, smem), rule);
-  else
-    s = scale_from_amax(*scale_or_amax, rule);
+  const float s = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
   const Scale scale(s);
   float amax = 0.0f;  // with infinities (NaNs skipped): a finite max is redone below only if needed
@@ -174,9 +151,7 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
   roll_history(total, delayed.history, delayed.len, delayed.scale, rule, delayed.use_history_max, smem);
 }
 
-// Writes the block's amax to amax_out[block] (kPartials) or max-reduces it
-// into amax_out[0] (which must start at 0).
-template <typename T, bool kPartials>
+template <typename T>
 __global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out) {
   __shared__ float smem[32];
   constexpr int N = kAmaxRowsPerStep<T>;
@@ -199,11 +174,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chu
     }
   });
   amax = block_max(amax, smem);
-  if (threadIdx.x != 0) return;
-  if (kPartials)
-    amax_out[blockIdx.y * gridDim.x + blockIdx.x] = amax;
-  else
-    atomic_max_nonneg(amax_out, amax);
+  if (threadIdx.x == 0) atomic_max_nonneg(amax_out, amax);
 }
 
 template <typename T, Fp8Format F>
@@ -225,22 +196,6 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(Input<T> in, Output out,
   for_each_chunk_step<1>(out.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t) { cast_row(r, c * kChunk); });
 }
 
-// The amax pass's grid when each block writes a partial: at most
-// kAmaxPartials blocks, as many per SM as fit that.
-dim3 amax_partials_grid(int64_t rows, int64_t chunks_per_row, int rows_per_step) {
-  const int64_t x = std::max<int64_t>(1, std::min<int64_t>(ceil_div(chunks_per_row, kThreads), kAmaxPartials));
-  int64_t per_sm = std::max<int64_t>(1, kAmaxPartials / num_sms());
-  if (const char* v = std::getenv("FP8EXT_AMAX_PARTIAL_BPS")) per_sm = std::min<int64_t>(per_sm, std::atoi(v));  // TEMPORARY A/B
-  const int64_t y = std::min<int64_t>(row_step_grid_y(rows, x, rows_per_step, per_sm), kAmaxPartials / x);
-  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(std::max<int64_t>(1, y)));
-}
-
-// TEMPORARY (session 15 A/B): FP8EXT_AMAX_PARTIALS=0 takes the zero + atomic path.
-inline bool amax_partials_enabled() {
-  const char* v = std::getenv("FP8EXT_AMAX_PARTIALS");
-  return !(v && std::strcmp(v, "0") == 0);
-}
-
 int64_t write_chunks_per_row(const Fp8Matrix& q) { return ceil_div(q.padded_cols, kChunk); }
 
 // Zeroes the amax workspace. A kernel rather than cudaMemsetAsync so that the
@@ -257,7 +212,7 @@ __global__ void zero_workspace_kernel(float* workspace, int n) {
 }
 
 cudaError_t zero_workspace(float* workspace, int n, cudaStream_t stream) {
-  if (n > 32) return cudaErrorInvalidValue;  // one warp zeroes it
+  static_assert(kAmaxWorkspaceFloats <= 32, "one warp zeroes the workspace");
   return launch(zero_workspace_kernel, dim3(1), dim3(32), stream, workspace, n);
 }
 
@@ -286,7 +241,7 @@ cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const 
   dispatch(x, q.format, [&](auto in, auto fmt) {
     err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, false>,
                  grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, out, chunks, scale,
-                 ScaleRule{}, nullptr, nullptr, DelayedUpdate{}, -1);
+                 ScaleRule{}, nullptr, nullptr, DelayedUpdate{});
   });
   return err;
 }
@@ -295,31 +250,20 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
                                 float* scale_out, float* amax_workspace, cudaStream_t stream) {
   if (x.rows * x.cols > 0 && detail::per_tensor_fits_one_pass(x, q))
     return detail::quantize_per_tensor_one_pass(x, rule, q, scale_out, stream);
-  const bool partials = amax_partials_enabled();
-  cudaError_t err = partials ? cudaSuccess : zero_workspace(amax_workspace, 1, stream);
+  cudaError_t err = zero_workspace(amax_workspace, 1, stream);
   if (err != cudaSuccess) return err;
   const int64_t chunks = write_chunks_per_row(q);
   const int64_t read_chunks = ceil_div(x.cols, kChunk);
-  int amax_blocks = 0;  // partials the quantize pass reduces (none for an empty tensor: amax 0)
   dispatch(x, q.format, [&](auto in, auto fmt) {
     using T = typename decltype(in)::Element;
-    if (read_chunks * x.rows > 0) {
-      if (partials) {
-        const dim3 grid = amax_partials_grid(x.rows, read_chunks, kAmaxRowsPerStep<T>);
-        amax_blocks = static_cast<int>(grid.x * grid.y);
-        err = launch(amax_kernel<T, true>, grid, dim3(kThreads), stream, in, read_chunks, amax_workspace);
-      } else {
-        err = launch(amax_kernel<T, false>,
-                     grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>, kCurrentScalingBlocksPerSm), dim3(kThreads),
-                     stream, in, read_chunks, amax_workspace);
-      }
-    }
+    if (read_chunks * x.rows > 0)
+      err = launch(amax_kernel<T>, grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>, kCurrentScalingBlocksPerSm),
+                   dim3(kThreads), stream, in, read_chunks, amax_workspace);
     // Runs even for an empty tensor: block 0 writes the scale (1 for amax 0).
     if (err == cudaSuccess)
       err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false>,
                    grid_blocks(q.rows, chunks, kQuantizeRowsPerStep, kCurrentScalingBlocksPerSm), dim3(kThreads),
-                   stream, in, make_output(q), chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{},
-                   partials ? amax_blocks : -1);
+                   stream, in, make_output(q), chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{});
   });
   return err;
 }
@@ -328,7 +272,7 @@ cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool u
                              float* amax_history, int64_t history_len, float* scale,
                              const Fp8Matrix& q, float* scale_used, float* amax_workspace,
                              cudaStream_t stream) {
-  cudaError_t err = zero_workspace(amax_workspace, 2, stream);
+  cudaError_t err = zero_workspace(amax_workspace, kAmaxWorkspaceFloats, stream);
   if (err != cudaSuccess) return err;
   const int64_t chunks = write_chunks_per_row(q);
   const DelayedUpdate update{amax_history, history_len, scale, use_history_max};
@@ -336,7 +280,7 @@ cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool u
     // An empty tensor still launches one block, which records amax 0.
     err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, true>,
                  grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, make_output(q), chunks,
-                 scale, rule, scale_used, amax_workspace, update, -1);
+                 scale, rule, scale_used, amax_workspace, update);
   });
   return err;
 }

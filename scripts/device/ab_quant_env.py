@@ -12,6 +12,7 @@ none); every variable named in any setting is unset before each setting.
 FP8EXT_QUANT_BPS, _BPS_AMAX, _FORWARD (session 14) in quant_common.cuh and quantize_per_tensor.cu.)
 """
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -72,7 +73,7 @@ def main():
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "ab_quant_env.json"), "w") as f:
-            json.dump({"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "var": args.var,
+            json.dump({"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "var": args.var,
                        "commit": os.environ.get("FP8EXT_COMMIT", "unknown"), "rows": rows}, f, indent=1)
 
 

@@ -16,12 +16,9 @@ cudaError_t cast_to_fp8(const ConstMatrix& x, const Fp8Matrix& q, bool saturate,
 cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const Fp8Matrix& q,
                                 cudaStream_t stream);
 
-// Scratch the per-tensor recipes need in device memory, uninitialised: current
-// scaling's amax pass writes one partial amax per block there (at most
-// kAmaxPartials); delayed scaling zeroes and uses two words (the grid-wide
-// amax and a finished-blocks counter).
-constexpr int kAmaxPartials = 1024;
-constexpr int kAmaxWorkspaceFloats = kAmaxPartials;
+// Scratch the per-tensor recipes need in device memory: the grid-wide amax and
+// a finished-blocks counter (two 32-bit words, zeroed by the call itself).
+constexpr int kAmaxWorkspaceFloats = 2;
 
 // Current scaling. A tensor larger than the chip is read twice (a grid-wide
 // amax into the workspace, then quantization with the scale derived from it):
