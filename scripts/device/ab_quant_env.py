@@ -73,8 +73,8 @@ def main():
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "ab_quant_env.json"), "w") as f:
-            json.dump({"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "var": args.var,
-                       "commit": os.environ.get("FP8EXT_COMMIT", "unknown"), "rows": rows}, f, indent=1)
+            json.dump({"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(0),
+                       "torch": torch.__version__, "var": args.var, "commit": os.environ.get("FP8EXT_COMMIT", "unknown"), "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
