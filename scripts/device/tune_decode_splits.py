@@ -4,12 +4,20 @@ next to what plan_splits picks (bench/bench_decode.py's heads: 32/8, head_dim
 that together exceed L2), as a decode step does after the weights have
 streamed through.
 
-    python3 scripts/device/tune_decode_splits.py [--rows 1x4096 1x32768 ...] [--dtypes fp8 bf16] [--out DIR]
+    python3 scripts/device/tune_decode_splits.py [--rows 1x4096 1x32768 ...] [--dtypes fp8 bf16]
+        [--splits 16 33 ...] [--env - FP8EXT_DECODE_STAGES=3 ...] [--out DIR]
+
+With --env, every split count is timed under each setting ("VAR=VALUE,..." or
+"-" for none; the variables are read at launch, so at graph capture), the
+settings interleaved, in one process.
 """
 import argparse
+import datetime
+import itertools
 import json
 import math
 import os
+import statistics
 import sys
 
 import torch
@@ -41,8 +49,13 @@ def main():
     ap.add_argument("--rows", nargs="+", default=["1x4096", "1x16384", "1x32768", "1x131072", "8x4096", "8x32768",
                                                  "32x4096", "64x4096", "256x1024"])
     ap.add_argument("--dtypes", nargs="+", default=["fp8", "bf16"], choices=list(DTYPES))
+    ap.add_argument("--splits", nargs="+", type=int, default=list(CANDIDATES))
+    ap.add_argument("--env", nargs="+", default=["-"])
+    ap.add_argument("--rounds", type=int, default=1, help="median of this many interleaved rounds")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    settings = {st: dict(kv.split("=", 1) for kv in st.split(",")) if st != "-" else {} for st in args.env}
+    env_vars = {var for assignment in settings.values() for var in assignment}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     results = []
     for spec in args.rows:
@@ -53,25 +66,35 @@ def main():
         for name in args.dtypes:
             planned = plan_splits(batch, KV_HEADS, context, sms, pipelined=name != "bf16")  # FP8 at DIM 128
             (k, v), tables, nbytes = copies_of_cache(batch, context, DTYPES[name])
-            timings = {}
-            for splits in sorted({s for s in CANDIDATES if context // s >= 128} | {planned}):
+            timings = {st: {} for st in settings}
+            rounds = {st: {} for st in settings}
+            for splits, _, (st, assignment) in itertools.product(
+                    sorted({s for s in args.splits if context // s >= 128} | {planned}), range(args.rounds),
+                    settings.items()):
+                for var in env_vars:
+                    os.environ.pop(var, None)
+                os.environ.update(assignment)
                 ms = graph_time_rotating_ms(
-                    lambda table, s=splits: torch.ops.fp8ext.paged_decode_attention(q, k, v, table, lens, one, one,
-                                                                                  DIM ** -0.5, s), tables)
-                timings[splits] = round(ms * 1e3, 2)
-            best = min(timings, key=timings.get)
-            results.append({"batch": batch, "context": context, "cache": name, "planned": planned,
-                            "us_by_splits": timings, "best": best,
-                            "planned_TBps": round(nbytes / timings[planned] / 1e6, 3),
-                            "best_TBps": round(nbytes / timings[best] / 1e6, 3)})
-            line = ", ".join(f"{s}{'*' if s == planned else ''}: {t}" for s, t in timings.items())
-            print(f"{spec} {name} us by splits (* planned): {line}", flush=True)
+                    lambda table, s=splits: torch.ops.fp8ext.paged_decode_attention(
+                        q, k, v, table, lens, one, one, DIM ** -0.5, s), tables)
+                rounds[st].setdefault(splits, []).append(ms * 1e3)
+                timings[st][splits] = round(statistics.median(rounds[st][splits]), 2)
+            for var in env_vars:
+                os.environ.pop(var, None)
+            for st, by_splits in timings.items():
+                best = min(by_splits, key=by_splits.get)
+                results.append({"batch": batch, "context": context, "cache": name, "env": st, "planned": planned,
+                                "us_by_splits": by_splits, "best": best,
+                                "planned_TBps": round(nbytes / by_splits[planned] / 1e6, 3),
+                                "best_TBps": round(nbytes / by_splits[best] / 1e6, 3)})
+                line = ", ".join(f"{s}{'*' if s == planned else ''}: {t}" for s, t in by_splits.items())
+                print(f"{spec} {name} [{st}] us by splits (* planned): {line}", flush=True)
             del k, v, tables
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "decode_splits.json"), "w") as f:
-            json.dump(dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__,
-                           commit=os.environ.get("FP8EXT_COMMIT", "unknown"), rows=results), f, indent=1)
+            json.dump(dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(0),
+                           torch=torch.__version__, commit=os.environ.get("FP8EXT_COMMIT", "unknown"), rows=results), f, indent=1)
 
 
 if __name__ == "__main__":
