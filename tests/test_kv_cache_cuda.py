@@ -48,14 +48,11 @@ def decode_on_cuda(q, k_pool, v_pool, args):
                                                    *(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
 
 
-@pytest.fixture(params=["pipelined_2_stages", "pipelined_3_stages", "registers"])
+@pytest.fixture(params=["pipelined", "registers"])
 def decode_kernel(request, monkeypatch):
-    """FP8 caches at head_dim 128 take the cp.async pipeline unless FP8EXT_DECODE_PIPELINE=0,
-    with two or three stages by grid size unless FP8EXT_DECODE_STAGES says (both read at
-    each launch): the decode tests run every variant."""
-    monkeypatch.setenv("FP8EXT_DECODE_PIPELINE", "0" if request.param == "registers" else "1")
-    if request.param != "registers":
-        monkeypatch.setenv("FP8EXT_DECODE_STAGES", request.param.split("_")[1])
+    """FP8 caches at head_dim 128 take the cp.async pipeline unless FP8EXT_DECODE_PIPELINE=0
+    (read at each launch): the decode tests run both kernels."""
+    monkeypatch.setenv("FP8EXT_DECODE_PIPELINE", "1" if request.param == "pipelined" else "0")
     return request.param
 
 

@@ -82,18 +82,17 @@ __device__ __forceinline__ void load_words(const uint8_t* p, uint32_t (&w)[Words
 // decode_pipeline_enabled): each warp streams its
 // steps' K and V rows into kStages shared-memory stages with cp.async, kStages - 1
 // steps ahead of the one it computes, so its loads stay in flight through the
-// softmax and the mma instead of occupying registers (two stages, 64 KB a
-// block, where three blocks share an SM; three, 96 KB, where the grid fits
-// two blocks per SM: see pipeline_stages). A stage holds 32 tokens
+// softmax and the mma instead of occupying registers. A stage holds 32 tokens
 // x 128 bytes of K and of V in 16-byte pieces, piece p of token t at
 // p ^ ((t & 1) << 2 ^ (t & 6)): both the K and the V fragment reads are then
 // conflict-free (each 8-lane phase touches 8 distinct bank groups).
+constexpr int kStages = 2;
 constexpr bool pipelined_decode(CacheDType c, int d) {
   return (c == CacheDType::kE4M3 || c == CacheDType::kE5M2) && d == 128;
 }
 constexpr int kPiecesPerRow = 8;                                       // 16-byte pieces of a 128-byte FP8 head row
 constexpr int kStagePieces = 32 * kPiecesPerRow;                       // per operand (K or V) and stage
-constexpr size_t pipeline_smem_bytes(int stages) { return size_t{kWarps} * stages * 2 * kStagePieces * 16; }
+constexpr size_t kPipelineSmemBytes = size_t{kWarps} * kStages * 2 * kStagePieces * 16;  // 64 KB
 __device__ __forceinline__ int swizzled_piece(int t, int p) {
   return t * kPiecesPerRow + (p ^ (((t & 1) << 2) ^ (t & 6)));
 }
@@ -108,7 +107,7 @@ constexpr int decode_min_blocks(CacheDType c, int d) {
 }
 
 // Fragment layouts: decode_step.cuh.
-template <typename Q, CacheDType C, int D, bool kPipelined, int kStages = 2>
+template <typename Q, CacheDType C, int D, bool kPipelined>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kernel(DecodeArgs a) {
   begin_dependent_kernel();
   using Sh = StepShape<C, D>;
@@ -119,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
   static_assert(!kPipelined || (kE == 1 && D == 128 && kStep == 32), "the pipeline is laid out for FP8, D = 128");
   extern __shared__ uint4 stages[];  // pipelined: [warp][stage][K, V][piece]; then the warps' O for the merge
   __shared__ float o_static[kPipelined ? 1 : kWarps][kMaxHeads][D];
-  static_assert(!kPipelined || sizeof(float) * kWarps * kMaxHeads * D <= pipeline_smem_bytes(kStages), "o_s must fit the stages");
+  static_assert(!kPipelined || sizeof(float) * kWarps * kMaxHeads * D <= kPipelineSmemBytes, "o_s must fit the stages");
   auto* o_s = kPipelined ? reinterpret_cast<float(*)[kMaxHeads][D]>(stages) : o_static;
   __shared__ float m_s[kWarps][kMaxHeads], l_s[kWarps][kMaxHeads];
 
@@ -414,32 +413,18 @@ inline bool decode_pipeline_enabled() {
   return !(v && std::strcmp(v, "0") == 0);
 }
 
-// Stages of the pipelined kernel: three (96 KB) when the grid fits two blocks
-// per SM, which then has the shared memory for them, else two (64 KB, three
-// blocks per SM). FP8EXT_DECODE_STAGES=2 or 3 forces either (read at each
-// launch; the tests run both).
-inline int pipeline_stages(dim3 grid) {
-  if (const char* v = std::getenv("FP8EXT_DECODE_STAGES")) {
-    if (std::strcmp(v, "2") == 0) return 2;
-    if (std::strcmp(v, "3") == 0) return 3;
-  }
-  const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
-  return blocks <= 2 * int64_t{current_device_info().sm_count} ? 3 : 2;
-}
-
-// Launches the pipelined decode kernel for (Q, C) with kStages stages of
-// dynamic shared memory (opted into once per kernel, device and host thread,
-// with the largest carveout), with PDL when it is on.
-template <typename Q, CacheDType C, int kStages>
+// Launches the pipelined decode kernel for (Q, C) with its 64 KB of dynamic
+// shared memory (opted into once per kernel, device and host thread, with the
+// carveout that leaves room for three blocks per SM), with PDL when it is on.
+template <typename Q, CacheDType C>
 cudaError_t launch_pipelined(dim3 grid, cudaStream_t stream, const DecodeArgs& a) {
-  constexpr auto kernel = decode_kernel<Q, C, 128, true, kStages>;
-  constexpr size_t kSmemBytes = pipeline_smem_bytes(kStages);
+  constexpr auto kernel = decode_kernel<Q, C, 128, true>;
   constexpr int kMaxDevices = 64;
-  thread_local bool opted_in[kMaxDevices] = {};  // one array per (Q, C, kStages): a template's own static
+  thread_local bool opted_in[kMaxDevices] = {};  // one array per (Q, C): a template's own static
   const int device = current_device_info().device;
   if (device >= kMaxDevices || !opted_in[device]) {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(kSmemBytes));
+                                           static_cast<int>(kPipelineSmemBytes));
     if (err == cudaSuccess)
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (err != cudaSuccess) return err;
@@ -449,7 +434,7 @@ cudaError_t launch_pipelined(dim3 grid, cudaStream_t stream, const DecodeArgs& a
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmemBytes;
+  config.dynamicSmemBytes = kPipelineSmemBytes;
   config.stream = stream;
   config.attrs = attr;
   config.numAttrs = pdl_attribute(attr[0]);
@@ -466,8 +451,7 @@ cudaError_t launch_typed(const DecodeArgs& a, int64_t batch, int64_t head_dim, c
     cudaError_t err = cudaSuccess;
     if constexpr (pipelined_decode(C, D)) {
       if (decode_pipeline_enabled())
-        err = pipeline_stages(grid) == 3 ? launch_pipelined<Q, C, 3>(grid, stream, a)
-                                         : launch_pipelined<Q, C, 2>(grid, stream, a);
+        err = launch_pipelined<Q, C>(grid, stream, a);
       else
         err = launch(decode_kernel<Q, C, D, false>, grid, dim3(kThreads), stream, a);
     } else {

@@ -243,17 +243,6 @@ FP8EXT_TEST(decode_register_path_matches_float64) {
   check_decode(3, 4);
 }
 
-// The pipelined kernel takes two or three stages by grid size (the tests above
-// get three at these small grids); each forced both ways.
-FP8EXT_TEST(decode_pipelined_stage_counts_match_float64) {
-  require_gpu();
-  for (const char* stages : {"2", "3"}) {
-    const ScopedEnv forced("FP8EXT_DECODE_STAGES", stages);
-    check_decode(1, 8);
-    check_decode(3, 4);
-  }
-}
-
 // The merge reads the workspace as float4: a misaligned one is refused before
 // anything is launched (no GPU needed; the pointers are never dereferenced).
 FP8EXT_TEST(decode_refuses_a_misaligned_workspace) {
