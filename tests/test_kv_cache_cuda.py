@@ -81,7 +81,8 @@ def test_write_matches_reference_bit_for_bit(dtype, in_dtype, dim, seed):
 
 CASES = [  # (q heads, kv heads, head_dim, page_size)
     (8, 8, 128, 16), (32, 8, 128, 16), (32, 8, 128, 64), (16, 1, 64, 16), (12, 4, 256, 256), (4, 2, 64, 64),
-    (24, 2, 128, 16)]  # 12 query heads per KV head: a full block of 8 and a partial one of 4
+    (24, 2, 128, 16),  # 12 query heads per KV head: a full block of 8 and a partial one of 4
+    (32, 8, 128, 24), (8, 2, 64, 48)]  # pages of a size that is not a power of two: the division path
 
 
 @pytest.mark.parametrize("q_heads,kv_heads,dim,page_size", CASES)
