@@ -36,9 +36,6 @@ struct MmaOf {
 
   // Two cache elements (the low 16 bits of x for FP8, all of x otherwise) as an operand register.
   __device__ __forceinline__ static uint32_t pair(uint32_t x) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    if constexpr (kBytes == 1) return cvt_fp8x2<false>(x);
-#endif
     if constexpr (kBytes == 1) {
       const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xFFFFu),
                                                        C == CacheDType::kE5M2 ? __NV_E5M2 : __NV_E4M3);
@@ -47,36 +44,6 @@ struct MmaOf {
       return x;
     }
   }
-
-  // pair() of the high 16 bits of x (FP8 only). On sm_89+ the conversion reads
-  // the half register itself: `pair(x >> 16)` cost a shift per call, 64 of the
-  // ~870 instructions of a pipelined step (SASS, H200, 2026-12-02).
-  __device__ __forceinline__ static uint32_t pair_hi(uint32_t x) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    return cvt_fp8x2<true>(x);
-#else
-    return pair(x >> 16);
-#endif
-  }
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  template <bool kHigh>
-  __device__ __forceinline__ static uint32_t cvt_fp8x2(uint32_t x) {
-    uint32_t r;
-    if constexpr (C == CacheDType::kE5M2) {
-      if constexpr (kHigh)
-        asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.rn.f16x2.e5m2x2 %0, hi; }" : "=r"(r) : "r"(x));
-      else
-        asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.rn.f16x2.e5m2x2 %0, lo; }" : "=r"(r) : "r"(x));
-    } else {
-      if constexpr (kHigh)
-        asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.rn.f16x2.e4m3x2 %0, hi; }" : "=r"(r) : "r"(x));
-      else
-        asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.rn.f16x2.e4m3x2 %0, lo; }" : "=r"(r) : "r"(x));
-    }
-    return r;
-  }
-#endif
 };
 
 template <bool kBf16>
@@ -150,7 +117,7 @@ __device__ __forceinline__ void attend_step(const typename StepShape<C, D>::KFra
           uint32_t b0, b1;
           if constexpr (kE == 1) {
             b0 = M::pair(kw[n][grp][j]);
-            b1 = M::pair_hi(kw[n][grp][j]);
+            b1 = M::pair(kw[n][grp][j] >> 16);
           } else {
             b0 = kw[n][grp][2 * j];
             b1 = kw[n][grp][2 * j + 1];
@@ -160,8 +127,6 @@ __device__ __forceinline__ void attend_step(const typename StepShape<C, D>::KFra
     }
 
     // Online softmax over the step; the four threads of a head share its max.
-    // Tokens left in the split, capped at a step: the bound check below is 32-bit.
-    const int left = static_cast<int>(t_end - base < Sh::kStep ? t_end - base : Sh::kStep);
     float mx = -INFINITY;
 #pragma unroll
     for (int n = 0; n < kNTiles; ++n)
@@ -169,7 +134,7 @@ __device__ __forceinline__ void attend_step(const typename StepShape<C, D>::KFra
       for (int e = 0; e < 2; ++e) {
         float x = sc[n][e] * ks;
         if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
-        x = 8 * n + 2 * c + e < left ? x * kLog2e : -INFINITY;
+        x = base + 8 * n + 2 * c + e < t_end ? x * kLog2e : -INFINITY;
         sc[n][e] = x;
         mx = fmaxf(mx, x);  // a NaN score is skipped here and poisons its p below
       }
@@ -210,7 +175,7 @@ __device__ __forceinline__ void attend_step(const typename StepShape<C, D>::KFra
           const int w = i / 2, sel = (i % 2) ? 0x7362 : 0x5140;
           lo = __byte_perm(vw[s][0][w], vw[s][1][w], sel);
           hi = __byte_perm(vw[s][2][w], vw[s][3][w], sel);
-          a0 = M::pair(lo), a1 = M::pair_hi(lo), a2 = M::pair(hi), a3 = M::pair_hi(hi);
+          a0 = M::pair(lo), a1 = M::pair(lo >> 16), a2 = M::pair(hi), a3 = M::pair(hi >> 16);
         } else {
           a0 = __byte_perm(vw[s][0][i], vw[s][1][i], 0x5410), a1 = __byte_perm(vw[s][0][i], vw[s][1][i], 0x7632);
           a2 = __byte_perm(vw[s][2][i], vw[s][3][i], 0x5410), a3 = __byte_perm(vw[s][2][i], vw[s][3][i], 0x7632);

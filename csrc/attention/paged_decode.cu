@@ -44,7 +44,6 @@ struct DecodeArgs {
   const uint8_t* k;
   const uint8_t* v;
   int64_t num_pages, page_size, kv_heads, q_heads;
-  int page_shift;          // log2(page_size) when it is a power of two, else -1 (a division per token)
   int group, head_blocks;  // query heads per KV head, blocks per KV head
   const float* k_scale;
   const float* v_scale;
@@ -174,12 +173,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
   // needed and checked only then (resolve_row), so the table's latency overlaps
   // a step's compute instead of adding to the K/V loads' (lengths are int32, so
   // token and row numbers fit in 32 bits: the host checks).
-  // Power-of-two pages (every size in the benchmarks) take a shift and a mask
-  // instead of two 32-bit divisions a step.
-  auto page_index = [&](uint32_t t) { return a.page_shift >= 0 ? t >> a.page_shift : t / page_size; };
-  auto page_offset = [&](uint32_t t) { return a.page_shift >= 0 ? t & (page_size - 1) : t % page_size; };
   auto load_page = [&](int64_t base) {
-    return lane < kStep && base + lane < t_end ? table[page_index(static_cast<uint32_t>(base + lane))] : 0;
+    return lane < kStep && base + lane < t_end ? table[static_cast<uint32_t>(base + lane) / page_size] : 0;
   };
   // The cache row of lane i's token: -1 past the end, or for a bad page id (which sets `bad`).
   auto resolve_row = [&](int page, int64_t base) {
@@ -188,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
       bad = true;
       return -1;
     }
-    return page * static_cast<int>(page_size) + static_cast<int>(page_offset(static_cast<uint32_t>(base + lane)));
+    return page * static_cast<int>(page_size) + static_cast<int>(static_cast<uint32_t>(base + lane) % page_size);
   };
   auto fetch_k = [&](int row, Tiles& f) {
 #pragma unroll
@@ -509,10 +504,8 @@ cudaError_t paged_decode_attention(const DecodeProblem& p, void* workspace, cuda
   // The merge reads the partial outputs as float4.
   if (p.num_splits > 1 && (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % 16 != 0))
     return cudaErrorInvalidValue;
-  const int64_t ps = p.k.page_size;
-  const int page_shift = ps > 0 && (ps & (ps - 1)) == 0 ? __builtin_ctzll(static_cast<unsigned long long>(ps)) : -1;
   const DecodeArgs a{p.q, static_cast<const uint8_t*>(p.k.data), static_cast<const uint8_t*>(p.v.data),
-                     p.k.num_pages, p.k.page_size, kv_heads, p.num_q_heads, page_shift, group, head_blocks,
+                     p.k.num_pages, p.k.page_size, kv_heads, p.num_q_heads, group, head_blocks,
                      p.k_scale.data, p.v_scale.data, p.k_scale.per_head, p.v_scale.per_head,
                      p.block_table, p.max_pages, p.seq_lens, p.softmax_scale, p.softcap, p.num_splits, p.window,
                      p.out, part_out, part_lse};
