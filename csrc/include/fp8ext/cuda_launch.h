@@ -24,14 +24,23 @@
 
 namespace fp8ext::cuda {
 
+// Whether this build carries sm_90 code (FP8EXT_CUDA_ARCHS with 90a or 90).
+#ifdef FP8EXT_WITH_SM90
+inline constexpr bool kBuiltForSm90 = true;
+#else
+inline constexpr bool kBuiltForSm90 = false;
+#endif
+
 struct DeviceInfo {
   int device = 0;
   int sm_count = 132;
   int major = 0;  // compute capability
-  // The kernels run code built for sm_90 only on Hopper: elsewhere the
-  // quantization kernels JIT their compute_80 PTX, which has neither the PDL
-  // wait nor clusters. PDL and the cluster kernels are Hopper-only.
-  bool hopper() const { return major == 9; }
+  // The kernels run code built for sm_90 only on Hopper, and only when the
+  // build has it: otherwise the quantization and decode kernels JIT their
+  // compute_80 PTX, which has neither the PDL wait nor clusters (a PDL launch
+  // would read before the kernel before has finished; a cluster kernel traps).
+  // PDL and the cluster kernels are for this case only.
+  bool hopper() const { return major == 9 && kBuiltForSm90; }
 };
 
 inline const DeviceInfo& current_device_info() {
