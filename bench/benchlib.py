@@ -92,6 +92,19 @@ def run_info() -> dict:
             "torch": torch.__version__, "date": datetime.date.today().isoformat()}
 
 
+def env_setting(text: str) -> dict:
+    """One setting of a one-process A/B over environment variables that the
+    library reads at launch: "VAR=VALUE,VAR=VALUE", or "-" for none."""
+    return dict(a.split("=", 1) for a in text.split(",") if a != "-")
+
+
+def apply_env(assignment: dict, named) -> None:
+    """Unsets every variable in `named` (all the A/B's settings name), then sets `assignment`."""
+    for var in named:
+        os.environ.pop(var, None)
+    os.environ.update(assignment)
+
+
 def write_results(out_dir: str, name: str, rows: list) -> str:
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"{name}.json")

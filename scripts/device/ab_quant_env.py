@@ -12,7 +12,6 @@ none); every variable named in any setting is unset before each setting.
 FP8EXT_QUANT_BPS, _BPS_AMAX, _FORWARD (session 14) in quant_common.cuh and quantize_per_tensor.cu.)
 """
 import argparse
-import datetime
 import json
 import os
 import statistics
@@ -21,7 +20,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from benchlib import time_ms  # noqa: E402
+from benchlib import apply_env, env_setting, run_info, time_ms  # noqa: E402
 
 import fp8ext  # noqa: E402,F401
 
@@ -48,17 +47,13 @@ def main():
         "group_1x128": lambda: ops.quantize_per_group(x, F8, 0, False, 0)[0],
     }
     def assignments(st):
-        if args.var:
-            return {args.var: st}
-        return dict(a.split("=", 1) for a in st.split(",") if a != "-")
+        return {args.var: st} if args.var else env_setting(st)
 
     named = {v for st in args.settings for v in assignments(st)}
     ref, times = {}, {(st, c): [] for st in args.settings for c in cases}
     for rnd in range(args.rounds):
         for st in args.settings:
-            for v in named:
-                os.environ.pop(v, None)
-            os.environ.update(assignments(st))
+            apply_env(assignments(st), named)
             for name, fn in cases.items():
                 if rnd == 0 and name != "delayed":  # the codes must not depend on the setting
                     q = fn().view(torch.uint8).clone()
@@ -73,8 +68,7 @@ def main():
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "ab_quant_env.json"), "w") as f:
-            json.dump({"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(0),
-                       "torch": torch.__version__, "var": args.var, "commit": os.environ.get("FP8EXT_COMMIT", "unknown"), "rows": rows}, f, indent=1)
+            json.dump({**run_info(), "var": args.var, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ With --env, every split count is timed under each setting ("VAR=VALUE,..." or
 settings interleaved, in one process.
 """
 import argparse
-import datetime
 import itertools
 import json
 import math
@@ -24,7 +23,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from bench_decode import DIM, KV_HEADS, Q_HEADS  # noqa: E402
-from benchlib import graph_time_rotating_ms  # noqa: E402
+from benchlib import apply_env, env_setting, graph_time_rotating_ms, run_info  # noqa: E402
 
 from fp8ext.kv_cache import plan_splits  # noqa: E402
 
@@ -54,7 +53,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=1, help="median of this many interleaved rounds")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    settings = {st: dict(kv.split("=", 1) for kv in st.split(",")) if st != "-" else {} for st in args.env}
+    settings = {st: env_setting(st) for st in args.env}
     env_vars = {var for assignment in settings.values() for var in assignment}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     results = []
@@ -71,16 +70,13 @@ def main():
             for splits, _, (st, assignment) in itertools.product(
                     sorted({s for s in args.splits if context // s >= 128} | {planned}), range(args.rounds),
                     settings.items()):
-                for var in env_vars:
-                    os.environ.pop(var, None)
-                os.environ.update(assignment)
+                apply_env(assignment, env_vars)
                 ms = graph_time_rotating_ms(
                     lambda table, s=splits: torch.ops.fp8ext.paged_decode_attention(
                         q, k, v, table, lens, one, one, DIM ** -0.5, s), tables)
                 rounds[st].setdefault(splits, []).append(ms * 1e3)
                 timings[st][splits] = round(statistics.median(rounds[st][splits]), 2)
-            for var in env_vars:
-                os.environ.pop(var, None)
+            apply_env({}, env_vars)
             for st, by_splits in timings.items():
                 best = min(by_splits, key=by_splits.get)
                 results.append({"batch": batch, "context": context, "cache": name, "env": st, "planned": planned,
@@ -93,8 +89,7 @@ def main():
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "decode_splits.json"), "w") as f:
-            json.dump(dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(0),
-                           torch=torch.__version__, commit=os.environ.get("FP8EXT_COMMIT", "unknown"), rows=results), f, indent=1)
+            json.dump({**run_info(), "rows": results}, f, indent=1)
 
 
 if __name__ == "__main__":
