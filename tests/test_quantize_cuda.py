@@ -31,8 +31,9 @@ def test_cuda_matches_cpu(op, dtype, fp8, shape, seed):
         assert s.stride() == s_cpu.stride() and torch.equal(s.cpu(), s_cpu)
 
 
-# Large enough for the two-pass path; (1, 4.3M) gives the amax pass more chunk
-# columns than it has partial slots (kAmaxPartials blocks), so its grid is capped.
+# Large enough for the two-pass path; (1, 4.3M) has more 16-element chunks in
+# its row than the grid has threads along x (1024 blocks of 256), so both
+# passes stride along the row.
 @pytest.mark.parametrize("shape", [(1, 4_300_000), (3, 1_500_000), (20000, 300), (2048, 4096)], ids=str)
 def test_cuda_per_tensor_amax_found_anywhere(shape, seed):
     g = torch.Generator().manual_seed(seed)
