@@ -1,0 +1,96 @@
+"""One process, decode-sized GEMMs (bench_gemm's and bench_gemm_blockwise's
+operands, graph-timed, weights rotated past L2): fp8ext.scaled_mm timed under
+each setting of environment variables the library reads at launch,
+interleaved over rounds, with cuBLAS (torch._scaled_mm) timed in every round as
+the anchor and the outputs checked equal across settings.
+
+    python3 scripts/device/ab_gemm_env.py --settings - FP8EXT_GEMM_PREFETCH_MB=0,FP8EXT_EARLY_LAUNCH=0 \
+        [--m 1 16 64] [--rounds 2] [--out DIR]
+
+A setting is "VAR=VALUE,VAR=VALUE" or "-" for none; every variable any setting
+names is unset before each setting.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from bench_gemm import L2_BYTES, NK, scales, weights  # noqa: E402
+from bench_gemm_blockwise import BLOCK, cublas_blockwise, group_scales  # noqa: E402
+from benchlib import apply_env, env_setting, graph_time_rotating_ms, run_info  # noqa: E402
+
+import fp8ext  # noqa: E402
+
+F8 = torch.float8_e4m3fn
+LAYERS = ["8b_qkv", "8b_o", "8b_gate_up", "8b_down", "cube"]
+
+
+def cases(ms):
+    """(name, weight bytes, ours(w), anchor(w) or None, weight copies)."""
+    out = []
+    for layer in LAYERS:
+        n, k = NK[layer]
+        ws = weights(n, k, max(1, math.ceil(2 * L2_BYTES / (n * k))))
+        for m in ms:
+            a = (torch.randn(m, k, device="cuda") * 2).to(F8)
+            for kind in ("per-tensor", "row-wise"):
+                sa, sb = scales(m, n, kind == "row-wise")
+                ours = lambda w, a=a, sa=sa, sb=sb: fp8ext.scaled_mm(a, w, sa.reshape(-1), sb.reshape(-1))  # noqa: E731
+                anchor = lambda w, a=a, sa=sa, sb=sb: torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb,  # noqa: E731
+                                                                       out_dtype=torch.bfloat16)
+                out.append((f"{m}x{n}x{k} {kind}", n * k, ours, anchor, ws))
+            ga, gb = group_scales(m, k), torch.rand(-(-n // BLOCK), -(-k // BLOCK), device="cuda") * 0.1 + 0.01
+            ours = lambda w, a=a, ga=ga, gb=gb: fp8ext.scaled_mm(a, w, ga, gb)  # noqa: E731
+            anchor, _ = cublas_blockwise(a, ws[0], ga, gb)
+            out.append((f"{m}x{n}x{k} block-wise", n * k, ours, anchor, ws))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--settings", nargs="+", required=True)
+    ap.add_argument("--m", type=int, nargs="+", default=[1, 16, 64])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    named = {v for st in args.settings for v in env_setting(st)}
+    rows = cases(args.m)
+    ref, times, anchor_times = {}, {}, {}
+    for rnd in range(args.rounds):
+        for st in args.settings:
+            apply_env(env_setting(st), named)
+            for name, _, ours, anchor, ws in rows:
+                if rnd == 0:
+                    got = ours(ws[0])
+                    assert torch.equal(got, ref.setdefault(name, got)), (name, st)
+                times.setdefault((st, name), []).append(graph_time_rotating_ms(ours, ws) * 1e3)
+        apply_env({}, named)
+        for name, _, _, anchor, ws in rows:
+            if anchor is not None:
+                anchor_times.setdefault(name, []).append(graph_time_rotating_ms(anchor, ws) * 1e3)
+    out = []
+    for name, nbytes, *_ in rows:
+        cublas = statistics.median(anchor_times[name]) if name in anchor_times else None
+        line = f"{name:32s}"
+        for st in args.settings:
+            us = statistics.median(times[(st, name)])
+            out.append({"case": name, "setting": st, "us": round(us, 2), "us_rounds": [round(v, 2) for v in times[(st, name)]],
+                        "weight_TBps": round(nbytes / us / 1e6, 3), "cublas_us": round(cublas, 2) if cublas else None,
+                        "ratio_vs_cublas": round(cublas / us, 3) if cublas else None})
+            line += f"  {us:7.2f} us {out[-1]['weight_TBps']:.2f} TB/s"
+        print(line + (f"  | cuBLAS {cublas:7.2f} us" if cublas else "  | cuBLAS refuses"))
+    print("settings:", "  |  ".join(args.settings))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "ab_gemm_env.json"), "w") as f:
+            json.dump({**run_info(), "settings": args.settings, "rows": out}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
