@@ -16,9 +16,8 @@
 // any M, meant for M <= kMaxM.
 //
 // Before waiting for the kernel before in the stream (PDL), each warp asks L2
-// for the first lines of its rows of the weight (at least its first round of
-// loads; more while the grid stays within weight_prefetch.h's budget) and lets
-// the next kernel launch, so the fetch overlaps the kernels before.
+// for the lines of its first round of loads of the weight (`prefetch_l2`,
+// fp8ext/cuda_launch.h), so the fetch overlaps that kernel's end.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -29,7 +28,6 @@
 #include "../quant/quant_common.cuh"  // to_float / from_float
 #include "fp8ext/cuda_launch.h"
 #include "scaled_gemv.h"
-#include "weight_prefetch.h"
 
 namespace fp8ext::cuda {
 namespace {
@@ -51,8 +49,6 @@ struct GemvArgs {
   const void* bias;
   void* d;
   int64_t ldd;
-  int64_t prefetch_lines;  // 128-byte lines of each row of B asked of L2 before the PDL wait
-  bool early_launch;       // let the next kernel launch before the wait
 };
 
 // 16 E4M3 codes to fp32 (exact), through the f16x2 conversion of sm_89+.
@@ -93,14 +89,13 @@ __global__ void __launch_bounds__(kWarps * 32) scaled_gemv_kernel(GemvArgs g) {
   const int64_t chunks = g.k / kChunk;
   // Rows past N repeat the last one (their sums are not written).
   auto row = [&](int r) { return g.b + (n0 + r < g.n ? n0 + r : g.n - 1) * g.ldb; };
-  if (n0 < g.n) {
-    constexpr int64_t kFirstRoundLines = 32 * kU * kChunk / 128;
-    const int64_t lines = std::min((g.k + 127) / 128, std::max(g.prefetch_lines, kFirstRoundLines));
+  if (n0 < g.n && lane % 8 == 0) {  // one lane per 128-byte line of the first round
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
-      for (int64_t line = lane; line < lines; line += 32) prefetch_l2(row(r) + line * 128);
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+        if (lane + 32 * u < chunks) prefetch_l2(row(r) + (lane + 32 * u) * kChunk);
   }
-  if (g.early_launch) allow_next_kernel_launch();
   begin_dependent_kernel();
   if (n0 >= g.n) return;
   float acc[kRows][kM] = {};
@@ -188,11 +183,8 @@ cudaError_t launch_groups(GemvArgs g, cudaStream_t stream) {
 
 cudaError_t scaled_gemv(const ScaledMmProblem& p, cudaStream_t stream) {
   if (p.a_format != Fp8Format::kE4M3 || p.b_format != Fp8Format::kE4M3 || p.k % kChunk != 0) return cudaErrorInvalidValue;
-  const gemm::WeightPrefetchPolicy policy = gemm::weight_prefetch_policy();
-  const int64_t prefetch_lines = std::min(p.k, policy.budget_bytes / std::max<int64_t>(p.n, 1)) / 128;
   const GemvArgs g{static_cast<const uint8_t*>(p.a), p.lda, static_cast<const uint8_t*>(p.b), p.ldb, p.m, p.n, p.k,
-                   p.scale_a, p.scale_a_per_row, p.scale_b, p.scale_b_per_row, p.bias, p.d, p.ldd,
-                   prefetch_lines, policy.early_launch};
+                   p.scale_a, p.scale_a_per_row, p.scale_b, p.scale_b_per_row, p.bias, p.d, p.ldd};
   switch (p.d_dtype) {
     case DType::kBFloat16: return launch_groups<__nv_bfloat16>(g, stream);
     case DType::kFloat16: return launch_groups<__half>(g, stream);

@@ -4,11 +4,11 @@ each setting of environment variables the library reads at launch,
 interleaved over rounds, with cuBLAS (torch._scaled_mm) timed in every round as
 the anchor and the outputs checked equal across settings.
 
-    python3 scripts/device/ab_gemm_env.py --settings - FP8EXT_GEMM_PREFETCH_MB=0,FP8EXT_EARLY_LAUNCH=0 \
-        [--m 1 16 64] [--rounds 2] [--out DIR]
+    python3 scripts/device/ab_gemm_env.py --settings - FP8EXT_GEMV=0 [--m 1 16 64] [--rounds 2] [--out DIR]
 
 A setting is "VAR=VALUE,VAR=VALUE" or "-" for none; every variable any setting
-names is unset before each setting.
+names is unset before each setting. (Session 16 timed 472599c's weight
+prefetch before the PDL wait with it, since reverted: bench/NOTES.md.)
 """
 import argparse
 import json
