@@ -6,7 +6,6 @@
 // grid-stride over a grid of a few blocks per SM, so per-block set-up (the
 // scale, its reciprocal) is paid rarely and no 64-bit division is needed.
 #include <algorithm>
-#include <cstdlib>
 
 #include "fp8ext/quantize_cuda.h"
 #include "quant_common.cuh"
@@ -152,53 +151,20 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
   roll_history(total, delayed.history, delayed.len, delayed.scale, rule, delayed.use_history_max, smem);
 }
 
-// EXPERIMENT (session 16): the amax pass's last-dispatched blocks (blockIdx.y
-// >= keep_from_y), whose rows the reversed quantize pass reads first, load
-// with the L2 policy `keep_mode` (1: evict-normal, 2: evict-last) instead of
-// evict-first.
 template <typename T>
-__device__ __forceinline__ void load_raw_kept(const Input<T>& in, int64_t r, int64_t c0, typename Input<T>::Raw& raw,
-                                              int keep_mode, uint64_t policy) {
-  const T* p = in.data + r * in.row_stride + c0;
-  if (!(in.vec && c0 + kChunk <= in.cols)) return in.load_raw(r, c0, raw);
-#pragma unroll
-  for (int i = 0; i < Input<T>::kWords; ++i) {
-    const uint4* q = reinterpret_cast<const uint4*>(p) + i;
-    if (keep_mode == 1) {
-      raw.words[i] = __ldg(q);
-    } else {
-      uint4 v;
-      asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(q), "l"(policy));
-      raw.words[i] = v;
-    }
-  }
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out,
-                                                        int64_t keep_from_y, int keep_mode) {
+__global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out) {
   __shared__ float smem[32];
   constexpr int N = kAmaxRowsPerStep<T>;
   prefetch_first_step<false, N>(in, chunks_per_row);
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): only the prefetch above comes before this
   float amax = 0.0f;
-  const bool keep = keep_mode != 0 && blockIdx.y >= keep_from_y;
-  uint64_t policy = 0;
-  if (keep && keep_mode == 2) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
   for_each_chunk_step<N>(in.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {
     typename Input<T>::Raw raw[N];
     // Streaming (evict-first) like every other pass: cached loads, meant to leave
     // the tail in L2 for the quantize pass, made the two passes 169.5 us
     // instead of 160 at 16384 x 8192 bf16 (H200, 2026-11-30), and keeping rows
     // evict-last for it was slower still (bench/NOTES.md, session 8).
-    if (keep) {
-#pragma unroll
-      for (int i = 0; i < N; ++i)
-        if (r + i * step < in.rows) load_raw_kept(in, r + i * step, c * kChunk, raw[i], keep_mode, policy);
-    } else {
-      load_step<false>(in, r, c, step, raw);
-    }
+    load_step<false>(in, r, c, step, raw);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       if (r + i * step >= in.rows) break;
@@ -290,26 +256,13 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
   const int64_t read_chunks = ceil_div(x.cols, kChunk);
   dispatch(x, q.format, [&](auto in, auto fmt) {
     using T = typename decltype(in)::Element;
-    // EXPERIMENT knobs (session 16), read at each launch: FP8EXT_AMAX_KEEP_PCT (the
-    // last-dispatched share of the amax grid's rows of blocks that loads with
-    // FP8EXT_AMAX_KEEP_MODE: 1 evict-normal, 2 evict-last), FP8EXT_QUANT_BPS_AMAX
-    // and FP8EXT_QUANT_BPS_Q (blocks per SM of each pass).
-    auto env = [](const char* name, int64_t fallback) {
-      const char* v = std::getenv(name);
-      return v && *v ? static_cast<int64_t>(std::atoll(v)) : fallback;
-    };
-    const dim3 amax_grid = grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>,
-                                       env("FP8EXT_QUANT_BPS_AMAX", kCurrentScalingBlocksPerSm));
-    const int64_t keep_pct = env("FP8EXT_AMAX_KEEP_PCT", 0);
-    const int keep_mode = keep_pct > 0 ? static_cast<int>(env("FP8EXT_AMAX_KEEP_MODE", 1)) : 0;
-    const int64_t keep_from_y = amax_grid.y - amax_grid.y * keep_pct / 100;
     if (read_chunks * x.rows > 0)
-      err = launch(amax_kernel<T>, amax_grid, dim3(kThreads), stream, in, read_chunks, amax_workspace, keep_from_y,
-                   keep_mode);
+      err = launch(amax_kernel<T>, grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>, kCurrentScalingBlocksPerSm),
+                   dim3(kThreads), stream, in, read_chunks, amax_workspace);
     // Runs even for an empty tensor: block 0 writes the scale (1 for amax 0).
     if (err == cudaSuccess)
       err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false>,
-                   grid_blocks(q.rows, chunks, kQuantizeRowsPerStep, env("FP8EXT_QUANT_BPS_Q", kCurrentScalingBlocksPerSm)), dim3(kThreads),
+                   grid_blocks(q.rows, chunks, kQuantizeRowsPerStep, kCurrentScalingBlocksPerSm), dim3(kThreads),
                    stream, in, make_output(q), chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{});
   });
   return err;
