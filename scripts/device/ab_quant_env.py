@@ -32,6 +32,7 @@ def main():
     ap.add_argument("--var")
     ap.add_argument("--settings", nargs="+", required=True)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cases", nargs="+", help="a subset of: static delayed per_tensor_current group_1x128")
     ap.add_argument("--out")
     args = ap.parse_args()
     ops = torch.ops.fp8ext
@@ -46,6 +47,9 @@ def main():
         "per_tensor_current": lambda: ops.quantize_per_tensor(x, F8, 0, False, 0)[0],
         "group_1x128": lambda: ops.quantize_per_group(x, F8, 0, False, 0)[0],
     }
+    if args.cases:
+        cases = {name: cases[name] for name in args.cases}
+
     def assignments(st):
         return {args.var: st} if args.var else env_setting(st)
 
