@@ -2,7 +2,7 @@
 operands, graph-timed, weights rotated past L2): fp8ext.scaled_mm timed under
 each setting of environment variables the library reads at launch,
 interleaved over rounds, with cuBLAS (torch._scaled_mm) timed in every round as
-the anchor and the outputs checked equal across settings.
+the anchor, the outputs checked equal across settings and against cuBLAS.
 
     python3 scripts/device/ab_gemm_env.py --settings - FP8EXT_GEMV=0 [--m 1 16 64] [--rounds 2] [--out DIR]
 
@@ -31,7 +31,7 @@ LAYERS = ["8b_qkv", "8b_o", "8b_gate_up", "8b_down", "cube"]
 
 
 def cases(ms):
-    """(name, weight bytes, ours(w), anchor(w) or None, weight copies)."""
+    """(name, weight bytes, ours(w), anchor(w) or None, the weight copies to rotate)."""
     out = []
     for layer in LAYERS:
         n, k = NK[layer]
@@ -69,6 +69,10 @@ def main():
                 if rnd == 0:
                     got = ours(ws[0])
                     assert torch.equal(got, ref.setdefault(name, got)), (name, st)
+                    if anchor is not None:  # a fast wrong kernel must not win
+                        want = anchor(ws[0]).float()
+                        err = ((got.float() - want).norm() / want.norm()).item()
+                        assert err < 1e-2, (name, st, err)
                 times.setdefault((st, name), []).append(graph_time_rotating_ms(ours, ws) * 1e3)
         apply_env({}, named)
         for name, _, _, anchor, ws in rows:
