@@ -89,3 +89,39 @@ def test_pdl_chain_in_a_cuda_graph(recipe, m, seed):
             for j, out in enumerate(outs):
                 assert torch.equal(out, plain[1 + r * calls + j]), (r, j)
 
+
+
+# The swap-AB GEMMs' tuning hooks (csrc/gemm/weight_prefetch.h, off by default):
+# an L2 prefetch of the weight and an early launch of the next kernel before
+# their PDL wait. Both are hints: whole rows (64 MiB over 2048 x 2048 weights),
+# part of each row (1 MiB), with and without the early launch, a chain replayed
+# from a graph gives what it gives with PDL off.
+PREFETCH_SETTINGS = [{}, {"FP8EXT_GEMM_PREFETCH_MB": "1"}, {"FP8EXT_GEMM_PREFETCH_MB": "64"},
+                     {"FP8EXT_EARLY_LAUNCH": "1"}, {"FP8EXT_GEMM_PREFETCH_MB": "4", "FP8EXT_EARLY_LAUNCH": "1"}]
+
+
+@pytest.mark.parametrize("recipe", ["row-wise", "block-wise"])
+@pytest.mark.parametrize("m", [1, 16, 64])  # GEMV (row-wise) / swap-AB 128x16 (block-wise), swap-AB 64x16, 64x64
+@pytest.mark.parametrize("setting", range(len(PREFETCH_SETTINGS)))
+def test_weight_prefetch_and_early_launch_change_nothing(recipe, m, setting, seed):
+    widths = [2048, 2048, 4096, 2048]
+    model = nn.Sequential(*(nn.Linear(k, n) for k, n in zip(widths, widths[1:]))).to("cuda", torch.bfloat16)
+    fp8ext.convert(model, RECIPES[recipe](), keep_lm_head=False)
+    x = torch.randn(m, widths[0], device="cuda", dtype=torch.bfloat16)
+    with pdl(False), torch.no_grad():
+        want = model(x).clone()
+    with env(FP8EXT_PDL="1", **PREFETCH_SETTINGS[setting]), torch.no_grad():
+        assert torch.equal(model(x), want)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            model(x)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = [model(x) for _ in range(3)]
+        for _ in range(3):
+            graph.replay()
+            torch.cuda.synchronize()
+            for out in outs:
+                assert torch.equal(out, want)

@@ -11,6 +11,7 @@
 
 #include "blockwise_mm_kernels.h"
 #include "sm90_gemm_common.cuh"
+#include "sm90_weight_prefetch.cuh"
 
 namespace fp8ext::cuda::gemm {
 namespace detail {
@@ -102,12 +103,15 @@ struct Sm90BlockwiseMm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignD, ElementD, LayoutD,
       kAlignD, typename Cfg::EpilogueSchedule, Fusion>::CollectiveOp;
 
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cute::tuple<LayoutA, typename ScalesA::Type>,
       kAlignAB, Element, cute::tuple<LayoutB, typename ScalesB::Type>, kAlignAB, float, Tile, typename Cfg::Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Cfg::MainloopSchedule>::CollectiveOp;
+  // Swapped (decode-sized M), the weight's stream can start before the PDL
+  // wait (a tuning hook, off by default: sm90_weight_prefetch.cuh).
+  using CollectiveMainloop = conditional_t<kSwap, WeightPrefetchingMainloop<BuiltMainloop>, BuiltMainloop>;
 
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
                                                           CollectiveEpilogue>;

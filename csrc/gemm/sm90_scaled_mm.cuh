@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "sm90_gemm_common.cuh"
+#include "sm90_weight_prefetch.cuh"
 #include "scaled_mm_kernels.h"
 
 namespace fp8ext::cuda::gemm {
@@ -123,12 +124,15 @@ struct Sm90ScaledMm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignD, ElementD, LayoutD,
       kAlignD, typename Cfg::EpilogueSchedule, Fusion>::CollectiveOp;
 
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, KernelA, LayoutA, kAlignAB, KernelB, LayoutB, kAlignAB,
       float, Tile, typename Cfg::Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Cfg::MainloopSchedule>::CollectiveOp;
+  // Swapped (decode-sized M), the weight is the kernel's A, and its stream can
+  // start before the PDL wait (a tuning hook, off by default: sm90_weight_prefetch.cuh).
+  using CollectiveMainloop = conditional_t<kSwap, WeightPrefetchingMainloop<BuiltMainloop>, BuiltMainloop>;
 
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
                                                           CollectiveEpilogue>;

@@ -18,6 +18,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -116,6 +117,15 @@ __device__ __forceinline__ void allow_next_kernel_launch() {
 __device__ __forceinline__ void prefetch_l2(const void* p) {
 #if defined(__CUDA_ARCH__)
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+
+// prefetch_l2 for `bytes` contiguous bytes in one instruction (the TMA unit's
+// bulk prefetch, sm_90; nothing on older GPUs). p 16-byte aligned, bytes a
+// multiple of 16.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 #endif
 }
 
