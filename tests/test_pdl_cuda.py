@@ -91,13 +91,15 @@ def test_pdl_chain_in_a_cuda_graph(recipe, m, seed):
 
 
 
-# The swap-AB GEMMs' tuning hooks (csrc/gemm/weight_prefetch.h, off by default):
-# an L2 prefetch of the weight and an early launch of the next kernel before
-# their PDL wait. Both are hints: whole rows (64 MiB over 2048 x 2048 weights),
-# part of each row (1 MiB), with and without the early launch, a chain replayed
-# from a graph gives what it gives with PDL off.
-PREFETCH_SETTINGS = [{}, {"FP8EXT_GEMM_PREFETCH_MB": "1"}, {"FP8EXT_GEMM_PREFETCH_MB": "64"},
-                     {"FP8EXT_EARLY_LAUNCH": "1"}, {"FP8EXT_GEMM_PREFETCH_MB": "4", "FP8EXT_EARLY_LAUNCH": "1"}]
+# The swap-AB GEMMs' L2 prefetch of their weight before the PDL wait (csrc/gemm/
+# weight_prefetch.h: 4 MiB over the grid by default for per-tensor/row-wise,
+# none for block-wise) and the optional early launch of the next kernel. Both
+# are hints: the default, none, part of each row (1 MiB), whole rows (64 MiB
+# over 2048 x 2048 weights), with and without the early launch, a chain
+# replayed from a graph gives what it gives with PDL off.
+PREFETCH_SETTINGS = [{}, {"FP8EXT_GEMM_PREFETCH_MB": "0"}, {"FP8EXT_GEMM_PREFETCH_MB": "1"},
+                     {"FP8EXT_GEMM_PREFETCH_MB": "64"}, {"FP8EXT_EARLY_LAUNCH": "1"},
+                     {"FP8EXT_GEMM_PREFETCH_MB": "4", "FP8EXT_EARLY_LAUNCH": "1"}]
 
 
 @pytest.mark.parametrize("recipe", ["row-wise", "block-wise"])

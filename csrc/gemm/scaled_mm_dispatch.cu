@@ -42,6 +42,10 @@
 //                             (2x4096x4096 8.7 vs 7.7, 4x28672x4096 57.1 vs 33.0). FP8EXT_GEMV=0
 //                             turns it off.
 //
+// The swap-AB kernels ask L2 for the first 4 MiB (over the grid) of their weight
+// before their PDL wait: behind the activation quantization that took
+// bench_linear's M = 16 stack from 83.2 to 80.7 us (weight_prefetch.h).
+//
 // fp32 output has kLarge, kSwapMedium and kGemv only; E5M2 operands (fp32 output) kLarge only.
 // kWideFastAccum, kLargeN192 and kLargeClusterN are instantiated for bf16 only.
 #include <cstdint>

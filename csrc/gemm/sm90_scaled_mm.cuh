@@ -130,9 +130,9 @@ struct Sm90ScaledMm {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Cfg::MainloopSchedule>::CollectiveOp;
-  // Swapped (decode-sized M), the weight is the kernel's A, and its stream can
-  // start before the PDL wait (a tuning hook, off by default: sm90_weight_prefetch.cuh).
-  using CollectiveMainloop = conditional_t<kSwap, WeightPrefetchingMainloop<BuiltMainloop>, BuiltMainloop>;
+  // Swapped (decode-sized M), the weight is the kernel's A, and its first 4 MiB
+  // (over the grid) are prefetched before the PDL wait (weight_prefetch.h).
+  using CollectiveMainloop = conditional_t<kSwap, WeightPrefetchingMainloop<BuiltMainloop, 4>, BuiltMainloop>;
 
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
                                                           CollectiveEpilogue>;

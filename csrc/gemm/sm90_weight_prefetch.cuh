@@ -1,9 +1,10 @@
 // A CUTLASS sm90 mainloop that can start the weight stream before the
-// kernel's PDL wait (weight_prefetch.h says why, and that it is off by
-// default): the swap-AB kernels' mainloop with a load_init that first asks L2
-// for the weight rows of this CTA's first tiles and lets the next kernel launch. load_init is where every thread of the
-// CTA passes before the producer's wait_on_dependent_grids (CUTLASS's warp-
-// specialized kernels call it right after setting up their pipelines).
+// kernel's PDL wait (weight_prefetch.h says why and when): the swap-AB
+// kernels' mainloop with a load_init that first asks L2 for the weight rows of
+// this CTA's first tiles and, if asked, lets the next kernel launch. load_init
+// is where every thread of the CTA passes before the producer's
+// wait_on_dependent_grids (CUTLASS's warp-specialized kernels call it right
+// after setting up their pipelines).
 //
 // With swap-AB the weight is the kernel's A ([M', K] rows). The persistent
 // tile scheduler gives CTA b the tiles b, b + G, b + 2G, ... (G CTAs); with one
@@ -30,7 +31,8 @@ struct WeightPrefetchPlan {
   bool early_launch = false;
 };
 
-template <class Mainloop>
+// kDefaultBudgetMiB: the prefetch budget when FP8EXT_GEMM_PREFETCH_MB is unset.
+template <class Mainloop, int kDefaultBudgetMiB>
 struct WeightPrefetchingMainloop : Mainloop {
   static constexpr int kTileRows = cute::size<0>(typename Mainloop::TileShape{});
   static constexpr int kTileCols = cute::size<1>(typename Mainloop::TileShape{});
@@ -49,7 +51,7 @@ struct WeightPrefetchingMainloop : Mainloop {
 
   template <class ProblemShape>
   static WeightPrefetchPlan plan(ProblemShape const& shape, typename Mainloop::Arguments const& args) {
-    const WeightPrefetchPolicy policy = weight_prefetch_policy();
+    const WeightPrefetchPolicy policy = weight_prefetch_policy(kDefaultBudgetMiB);
     auto shape_mnkl = cute::append<4>(shape, 1);
     const int64_t m = cute::get<0>(shape_mnkl), n = cute::get<1>(shape_mnkl), k = cute::get<2>(shape_mnkl);
     WeightPrefetchPlan p;
