@@ -114,6 +114,15 @@ def write_results(out_dir: str, name: str, rows: list) -> str:
     return path
 
 
+def write_record(out_dir: str, name: str, record: dict) -> str:
+    """One JSON object (an A/B script's whole result) with run_info() merged in."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump({**run_info(), **record}, f, indent=1)
+    return path
+
+
 def print_table(rows: list, columns: list) -> None:
     widths = [max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))

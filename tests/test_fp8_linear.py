@@ -9,6 +9,8 @@ import fp8ext
 from fp8ext import BlockWise, CurrentScaling, DelayedScaling, PerTensorStatic, RowWise
 from fp8ext.nn import FP8Linear, convert
 
+from cuda_graphs import capture
+
 RECIPES = {"current": CurrentScaling(), "row": RowWise(), "block": BlockWise(), "delayed": DelayedScaling(),
            "static": PerTensorStatic()}
 # Relative Frobenius error of a W8A8 E4M3 linear against float64 on Gaussian data:
@@ -266,14 +268,7 @@ def test_cuda_graph_replay_of_a_converted_model(seed):
     convert(model, RowWise())
     ids = torch.randint(0, 50, (4, 16), device="cuda")
     eager = model(ids)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        model(ids)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = model(ids)
+    graph, out = capture(lambda: model(ids))
     graph.replay()
     assert torch.equal(out, eager)
 

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import fp8ext
+from cuda_graphs import capture
 
 pytestmark = pytest.mark.gpu
 
@@ -75,14 +76,9 @@ def test_pdl_chain_in_a_cuda_graph(recipe, m, seed):
         plain = [plain_model(x).clone() for _ in range(1 + calls * replays)]
     with pdl(True), torch.no_grad():
         model = chain(RECIPES[recipe]())
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            model(x)  # warm-up outside the graph: call 0
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outs = [model(x) for _ in range(calls)]  # back to back, each layer's input the previous layer's output
+        # One warm-up call outside the graph (call 0), then the calls back to
+        # back, each layer's input the previous layer's output.
+        graph, outs = capture(lambda: [model(x) for _ in range(calls)], warm_up=lambda: model(x))
         for r in range(replays):
             graph.replay()
             torch.cuda.synchronize()
@@ -114,14 +110,7 @@ def test_weight_prefetch_and_early_launch_change_nothing(recipe, m, setting, see
         want = model(x).clone()
     with env(FP8EXT_PDL="1", **PREFETCH_SETTINGS[setting]), torch.no_grad():
         assert torch.equal(model(x), want)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            model(x)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outs = [model(x) for _ in range(3)]
+        graph, outs = capture(lambda: [model(x) for _ in range(3)])
         for _ in range(3):
             graph.replay()
             torch.cuda.synchronize()

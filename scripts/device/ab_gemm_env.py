@@ -11,7 +11,6 @@ names is unset before each setting. (Session 16 timed 472599c's weight
 prefetch before the PDL wait with it, since reverted: bench/NOTES.md.)
 """
 import argparse
-import json
 import math
 import os
 import statistics
@@ -22,7 +21,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from bench_gemm import L2_BYTES, NK, scales, weights  # noqa: E402
 from bench_gemm_blockwise import BLOCK, cublas_blockwise, group_scales  # noqa: E402
-from benchlib import apply_env, env_setting, graph_time_rotating_ms, run_info  # noqa: E402
+from benchlib import apply_env, env_setting, graph_time_rotating_ms, write_record  # noqa: E402
 
 import fp8ext  # noqa: E402
 
@@ -91,9 +90,7 @@ def main():
         print(line + (f"  | cuBLAS {cublas:7.2f} us" if cublas else "  | cuBLAS refuses"))
     print("settings:", "  |  ".join(args.settings))
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "ab_gemm_env.json"), "w") as f:
-            json.dump({**run_info(), "settings": args.settings, "rows": out}, f, indent=1)
+        write_record(args.out, "ab_gemm_env", {"settings": args.settings, "rows": out})
 
 
 if __name__ == "__main__":

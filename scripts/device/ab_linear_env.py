@@ -14,7 +14,6 @@ names is unset before each setting.
 """
 import argparse
 import copy
-import json
 import os
 import statistics
 import sys
@@ -23,7 +22,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from bench_linear import COPIES, LAYER, Stack, variants  # noqa: E402
-from benchlib import apply_env, env_setting, graph_time_rotating_ms, run_info  # noqa: E402
+from benchlib import apply_env, env_setting, graph_time_rotating_ms, write_record  # noqa: E402
 
 import fp8ext  # noqa: E402
 
@@ -78,11 +77,9 @@ def main():
     for (name, m), t in anchor_times.items():
         print(f"{name:40s} M={m:5d} {statistics.median(t):8.2f} us")
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "ab_linear_env.json"), "w") as f:
-            json.dump({**run_info(), "settings": args.settings, "rows": rows,
-                       "torchao": {f"{n} M={m}": round(statistics.median(t), 2) for (n, m), t in anchor_times.items()}},
-                      f, indent=1)
+        write_record(args.out, "ab_linear_env", {
+            "settings": args.settings, "rows": rows,
+            "torchao": {f"{n} M={m}": round(statistics.median(t), 2) for (n, m), t in anchor_times.items()}})
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ none); every variable named in any setting is unset before each setting.
 FP8EXT_QUANT_BPS, _BPS_AMAX, _FORWARD (session 14) in quant_common.cuh and quantize_per_tensor.cu.)
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -20,7 +19,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from benchlib import apply_env, env_setting, run_info, time_ms  # noqa: E402
+from benchlib import apply_env, env_setting, time_ms, write_record  # noqa: E402
 
 import fp8ext  # noqa: E402,F401
 
@@ -70,9 +69,7 @@ def main():
                      "tb_s_3B": round(m * k * 3 / us / 1e6, 3)})
         print(f"{args.var or ''}{'=' if args.var else ''}{st} {name:20s} {us:8.2f} us  {rows[-1]['tb_s_3B']:.3f} TB/s  rounds {rows[-1]['us_rounds']}")
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "ab_quant_env.json"), "w") as f:
-            json.dump({**run_info(), "var": args.var, "rows": rows}, f, indent=1)
+        write_record(args.out, "ab_quant_env", {"var": args.var, "rows": rows})
 
 
 if __name__ == "__main__":
