@@ -99,7 +99,9 @@ PREFETCH_SETTINGS = [{}, {"FP8EXT_GEMM_PREFETCH_MB": "0"}, {"FP8EXT_GEMM_PREFETC
 
 
 @pytest.mark.parametrize("recipe", ["row-wise", "block-wise"])
-@pytest.mark.parametrize("m", [1, 16, 64])  # GEMV (row-wise) / swap-AB 128x16 (block-wise), swap-AB 64x16, 64x64
+# M = 1: row-wise runs the GEMV, block-wise swap-AB 128x16; 16 and 64: swap-AB 64x16 / 64x64 (row-wise),
+# 128x16 / 128x64 (block-wise).
+@pytest.mark.parametrize("m", [1, 16, 64])
 @pytest.mark.parametrize("setting", range(len(PREFETCH_SETTINGS)))
 def test_weight_prefetch_and_early_launch_change_nothing(recipe, m, setting, seed):
     widths = [2048, 2048, 4096, 2048]
@@ -116,3 +118,26 @@ def test_weight_prefetch_and_early_launch_change_nothing(recipe, m, setting, see
             torch.cuda.synchronize()
             for out in outs:
                 assert torch.equal(out, want)
+
+
+@pytest.mark.parametrize("setting", [{"FP8EXT_GEMM_PREFETCH_MB": "0"}, {"FP8EXT_GEMM_PREFETCH_MB": "64"},
+                                     {"FP8EXT_GEMM_PREFETCH_MB": "64", "FP8EXT_EARLY_LAUNCH": "1"}])
+@pytest.mark.parametrize("m", [16, 64])
+def test_weight_prefetch_past_one_wave_on_a_strided_weight(m, setting, seed):
+    """133 row tiles of 64 for 132 SMs (the last one partial): with a budget that
+    covers them, CTAs prefetch a second tile and the row guard cuts the last;
+    K = 144 (not a multiple of 128) and a weight whose rows are 176 bytes apart.
+    The same bits as the default, and the float64 reference's values."""
+    n, k = 8488, 144
+    a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    storage = (torch.randn(n, k + 32, device="cuda") * 2).to(torch.float8_e4m3fn)
+    b = storage[:, :k]  # row stride 176: a multiple of 16, larger than K
+    sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") + 0.5
+    with env(FP8EXT_PDL="1"):
+        want = fp8ext.scaled_mm(a, b, sa, sb)
+    with env(FP8EXT_PDL="1", **setting):
+        got = [fp8ext.scaled_mm(a, b, sa, sb) for _ in range(3)]  # back to back: PDL chains them
+    ref = (a.double() * sa.double()[:, None]) @ (b.double() * sb.double()[:, None]).t()
+    assert ((want.double() - ref).norm() / ref.norm()).item() < 1e-2
+    for g in got:
+        assert torch.equal(g, want)

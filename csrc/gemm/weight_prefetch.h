@@ -32,14 +32,17 @@ struct WeightPrefetchPolicy {
   bool early_launch;     // let the next kernel launch before this one waits
 };
 
-// Read at each launch, for A/B timing in one process: FP8EXT_GEMM_PREFETCH_MB
-// (MiB of weight over the grid, 0 = none; unset: default_budget_mib) and
+// Read at each launch (a CUDA graph keeps what was set when it was captured),
+// for A/B timing in one process: FP8EXT_GEMM_PREFETCH_MB (MiB of weight over
+// the grid, 0 = none, at most 64 GiB; unset: default_budget_mib) and
 // FP8EXT_EARLY_LAUNCH=1.
 inline WeightPrefetchPolicy weight_prefetch_policy(int64_t default_budget_mib) {
+  constexpr int64_t kMaxBudgetMiB = int64_t{1} << 16;
   const char* mb = std::getenv("FP8EXT_GEMM_PREFETCH_MB");
   const char* early = std::getenv("FP8EXT_EARLY_LAUNCH");
-  const int64_t budget_mib = mb && *mb ? std::atoll(mb) : default_budget_mib;
-  return {budget_mib > 0 ? budget_mib << 20 : 0, early && early[0] == '1' && early[1] == '\0'};
+  int64_t budget_mib = mb && *mb ? std::atoll(mb) : default_budget_mib;
+  budget_mib = budget_mib < 0 ? 0 : budget_mib > kMaxBudgetMiB ? kMaxBudgetMiB : budget_mib;
+  return {budget_mib << 20, early && early[0] == '1' && early[1] == '\0'};
 }
 
 }  // namespace fp8ext::cuda::gemm
