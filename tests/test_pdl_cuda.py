@@ -5,7 +5,6 @@ of layers (quantize, GEMM, quantize, GEMM, ...), run eagerly and replayed from
 a CUDA graph, must give bit for bit what it gives with PDL off (FP8EXT_PDL=0,
 read at each launch)."""
 import contextlib
-import os
 
 import pytest
 import torch
@@ -22,16 +21,10 @@ WIDTHS = [512, 1024, 256, 2048, 512]  # a chain of linears, K and N varying laye
 @contextlib.contextmanager
 def env(**values):
     """Sets environment variables the library reads at each launch, for the block."""
-    previous = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in values.items():
+            mp.setenv(name, value)
         yield
-    finally:
-        for k, v in previous.items():
-            if v is None:
-                del os.environ[k]
-            else:
-                os.environ[k] = v
 
 
 def pdl(on: bool):
@@ -84,7 +77,6 @@ def test_pdl_chain_in_a_cuda_graph(recipe, m, seed):
             torch.cuda.synchronize()
             for j, out in enumerate(outs):
                 assert torch.equal(out, plain[1 + r * calls + j]), (r, j)
-
 
 
 # The swap-AB GEMMs' L2 prefetch of their weight before the PDL wait (csrc/gemm/

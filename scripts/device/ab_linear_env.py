@@ -39,6 +39,7 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(0)
     base = [Stack().to("cuda", torch.bfloat16) for _ in range(COPIES)]
+
     def converted(s, recipe):
         fp8ext.convert(s, recipe)  # in place
         return s
