@@ -105,3 +105,70 @@ def test_cuda_graph_capture(op, seed):
             assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu)
         if op == "quantize_delayed":
             assert hist.cpu()[: step + 1].gt(0).all() and (hist.cpu()[step + 1:] == 0).all(), "one push per replay"
+
+
+# The one-launch kept-share path (quantize_per_tensor_kept.cu): a grid of one
+# block per SM, tiles of 8192 elements, 14 kept per block for 16-bit inputs
+# (7 for fp32). Sizes in tiles per block around those edges: fewer tiles than
+# blocks, a share shorter than the ring, exactly the ring, one more, several
+# rings; each with a partial last tile.
+def kept_sizes(dtype):
+    sms, tile = torch.cuda.get_device_properties(0).multi_processor_count, 8192
+    ring = 7 if dtype == torch.float32 else 14
+    return [tile * 50 + 8, sms * tile * 5 + 24, sms * tile * ring, sms * tile * (ring + 1) + 8 * 5,
+            sms * tile * (3 * ring) + 4096]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("fp8", FP8, ids=str)
+def test_cuda_per_tensor_kept_pass_matches_cpu_and_two_passes(dtype, fp8, seed, monkeypatch):
+    for n in kept_sizes(dtype):
+        x = random_input((n // 8, 8), dtype, seed + n, non_finite=True, zero_row=True)
+        q_cpu, s_cpu = torch.ops.fp8ext.quantize_per_tensor(x, fp8, 1, False, 0)
+        q, s = torch.ops.fp8ext.quantize_per_tensor(x.cuda(), fp8, 1, False, 0)
+        assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu), n
+        with monkeypatch.context() as m:
+            m.setenv("FP8EXT_QUANT_KEEP", "0")  # the two-pass path
+            q2, s2 = torch.ops.fp8ext.quantize_per_tensor(x.cuda(), fp8, 1, False, 0)
+        assert same_bits(q, q2) and torch.equal(s, s2), n
+
+
+# The amax planted in the first tile, in the last (partial) one, in the kept
+# tiles of a middle block and in the tiles it reads twice: each block's share
+# must reach the grid barrier.
+def test_cuda_per_tensor_kept_pass_amax_found_anywhere(seed, monkeypatch):
+    sms, tile = torch.cuda.get_device_properties(0).multi_processor_count, 8192
+    n = sms * tile * 20 + 8 * 3
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g).to(torch.bfloat16).cuda()
+    share = n // sms
+    for where in [0, n - 1, share * (sms // 2) + share - 5, share * (sms // 3) + 7,
+                  int(torch.randint(n, (1,), generator=g))]:
+        planted = x.clone()
+        planted[where] = -1000.0
+        for l2_window in ["0", "100000"]:  # nothing kept in L2, and every first-pass tile kept
+            with monkeypatch.context() as m:
+                m.setenv("FP8EXT_QUANT_KEEP_L2_KB", l2_window)
+                q, s = torch.ops.fp8ext.quantize_per_tensor(planted, torch.float8_e4m3fn, 0, False, 0)
+            assert s.item() == pytest.approx(1000.0 / 448.0, rel=1e-6), where
+            q_cpu, s_cpu = torch.ops.fp8ext.quantize_per_tensor(planted.cpu(), torch.float8_e4m3fn, 0, False, 0)
+            assert torch.equal(s.cpu(), s_cpu) and same_bits(q, q_cpu), where
+
+
+# Replays reuse the workspace (amax, arrival count): zeroed in the graph too.
+def test_cuda_per_tensor_kept_pass_graph_replays(seed):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    shape = (sms * 8192 * 3 // 4096, 4096)
+    x = random_input(shape, torch.bfloat16, seed).cuda()
+    f8 = torch.float8_e4m3fn
+    torch.ops.fp8ext.quantize_per_tensor(x, f8, 0, False, 0)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q, s = torch.ops.fp8ext.quantize_per_tensor(x, f8, 0, False, 0)
+    for step in range(3):
+        x.copy_(random_input(shape, torch.bfloat16, seed + step + 1).cuda() * 4.0 ** (1 - step))
+        graph.replay()
+        torch.cuda.synchronize()
+        q_cpu, s_cpu = torch.ops.fp8ext.quantize_per_tensor(x.cpu(), f8, 0, False, 0)
+        assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu), step

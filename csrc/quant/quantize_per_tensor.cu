@@ -1,5 +1,6 @@
 // Per-tensor recipes on the GPU: static (given scale), current (two passes, or
-// one for small tensors: quantize_per_tensor_small.cu) and delayed (one pass;
+// one launch: quantize_per_tensor_small.cu for small tensors,
+// quantize_per_tensor_kept.cu for large contiguous ones) and delayed (one pass;
 // the last block to finish rolls the history), plus the plain FP8 cast.
 // Work is split into 16-element chunks; blocks walk rows along y, a few rows a
 // step (all their loads in flight before any is used), and chunks along x, both
@@ -9,6 +10,7 @@
 
 #include "fp8ext/quantize_cuda.h"
 #include "quant_common.cuh"
+#include "quantize_per_tensor_kept.cuh"
 #include "quantize_per_tensor_small.cuh"
 
 namespace fp8ext::cuda {
@@ -250,8 +252,10 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
                                 float* scale_out, float* amax_workspace, cudaStream_t stream) {
   if (x.rows * x.cols > 0 && detail::per_tensor_fits_one_pass(x, q))
     return detail::quantize_per_tensor_one_pass(x, rule, q, scale_out, stream);
-  cudaError_t err = zero_workspace(amax_workspace, 1, stream);
+  const bool kept = detail::per_tensor_fits_kept_pass(x, q);
+  cudaError_t err = zero_workspace(amax_workspace, kept ? kAmaxWorkspaceFloats : 1, stream);
   if (err != cudaSuccess) return err;
+  if (kept) return detail::quantize_per_tensor_kept(x, rule, q, scale_out, amax_workspace, stream);
   const int64_t chunks = write_chunks_per_row(q);
   const int64_t read_chunks = ceil_div(x.cols, kChunk);
   dispatch(x, q.format, [&](auto in, auto fmt) {

@@ -1,9 +1,9 @@
-"""One process, bench_quantize's 16384x8192 bf16 input: the row-striding
-quantize kernels timed (benchlib.time_ms) under each value of one environment
+"""One process, bf16 inputs (bench_quantize's 16384x8192 unless --shapes): the
+row-striding quantize kernels timed (benchlib.time_ms) under each value of one environment
 variable that the library reads at launch, interleaved over rounds, with the
 codes checked equal across values.
 
-    python3 scripts/device/ab_quant_env.py --var FP8EXT_PDL --settings 1 0 [--rounds 3] [--out DIR]
+    python3 scripts/device/ab_quant_env.py --var FP8EXT_PDL --settings 1 0 [--rounds 3] [--shapes MxK ...] [--out DIR]
 
 Without --var, each setting is a comma-separated list of VAR=VALUE ("-" for
 none); every variable named in any setting is unset before each setting.
@@ -32,22 +32,26 @@ def main():
     ap.add_argument("--settings", nargs="+", required=True)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cases", nargs="+", help="a subset of: static delayed per_tensor_current group_1x128")
+    ap.add_argument("--shapes", nargs="+", default=["16384x8192"], help="MxK bf16 inputs (default 16384x8192)")
     ap.add_argument("--out")
     args = ap.parse_args()
     ops = torch.ops.fp8ext
     torch.manual_seed(0)
-    m, k = 16384, 8192
-    x = (torch.randn(m, k, device="cuda") * torch.exp2(torch.randint(-4, 4, (m, k), device="cuda").float())).to(torch.bfloat16)
     s = torch.tensor(0.05, device="cuda")
     hist, s_d = torch.zeros(16, device="cuda"), torch.tensor(0.05, device="cuda")
-    cases = {
-        "static": lambda: ops.quantize_with_scale(x, s, F8, 0),
-        "delayed": lambda: ops.quantize_delayed(x, hist, s_d, F8, 0, False, True, 0)[0],
-        "per_tensor_current": lambda: ops.quantize_per_tensor(x, F8, 0, False, 0)[0],
-        "group_1x128": lambda: ops.quantize_per_group(x, F8, 0, False, 0)[0],
-    }
-    if args.cases:
-        cases = {name: cases[name] for name in args.cases}
+    cases, sizes = {}, {}
+    for shape in args.shapes:
+        m, k = map(int, shape.split("x"))
+        x = (torch.randn(m, k, device="cuda") * torch.exp2(torch.randint(-4, 4, (m, k), device="cuda").float())).to(torch.bfloat16)
+        by_name = {
+            "static": lambda x=x: ops.quantize_with_scale(x, s, F8, 0),
+            "delayed": lambda x=x: ops.quantize_delayed(x, hist, s_d, F8, 0, False, True, 0)[0],
+            "per_tensor_current": lambda x=x: ops.quantize_per_tensor(x, F8, 0, False, 0)[0],
+            "group_1x128": lambda x=x: ops.quantize_per_group(x, F8, 0, False, 0)[0],
+        }
+        for name in args.cases or by_name:
+            case = name if len(args.shapes) == 1 else f"{name}@{shape}"
+            cases[case], sizes[case] = by_name[name], m * k
 
     def assignments(st):
         return {args.var: st} if args.var else env_setting(st)
@@ -58,7 +62,7 @@ def main():
         for st in args.settings:
             apply_env(assignments(st), named)
             for name, fn in cases.items():
-                if rnd == 0 and name != "delayed":  # the codes must not depend on the setting
+                if rnd == 0 and not name.startswith("delayed"):  # the codes must not depend on the setting
                     q = fn().view(torch.uint8).clone()
                     assert torch.equal(q, ref.setdefault(name, q)), (name, st)
                 times[(st, name)].append(time_ms(fn) * 1e3)
@@ -66,8 +70,8 @@ def main():
     for (st, name), t in times.items():
         us = statistics.median(t)
         rows.append({"setting": st, "case": name, "us_rounds": [round(v, 2) for v in t], "us": round(us, 2),
-                     "tb_s_3B": round(m * k * 3 / us / 1e6, 3)})
-        print(f"{args.var or ''}{'=' if args.var else ''}{st} {name:20s} {us:8.2f} us  {rows[-1]['tb_s_3B']:.3f} TB/s  rounds {rows[-1]['us_rounds']}")
+                     "tb_s_3B": round(sizes[name] * 3 / us / 1e6, 3)})
+        print(f"{args.var or ''}{'=' if args.var else ''}{st} {name:32s} {us:8.2f} us  {rows[-1]['tb_s_3B']:.3f} TB/s  rounds {rows[-1]['us_rounds']}")
     if args.out:
         write_record(args.out, "ab_quant_env", {"var": args.var, "rows": rows})
 

@@ -1,0 +1,265 @@
+// Per-tensor current scaling in one launch for large contiguous tensors.
+//
+// The two-pass path reads the whole tensor twice (amax, then quantize). Here a
+// grid of one block per SM (a cooperative launch: all blocks resident) splits
+// the flat tensor into contiguous shares. A block streams its share through a
+// ring of shared-memory tiles that the TMA unit fills (cp.async.bulk) and
+// reduces its amax; when the share is read, the ring still holds its last
+// tiles (224 KB per SM, ~29 MB over the chip). The blocks agree on the amax at
+// a grid barrier, then each block quantizes the tiles it kept, which costs no
+// second read, and reads the rest of its share again backwards, so the tiles
+// it read just before the kept ones (loaded evict-normal, everything else
+// evict-first) can still be in L2.
+#include <cstdlib>
+
+#include "fp8ext/quantize_cuda.h"
+#include "quant_common.cuh"
+#include "quantize_per_tensor_kept.cuh"
+
+namespace fp8ext::cuda::detail {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kRingBytes = 224 * 1024;  // of the 227 KB a block may have
+
+// One 16-element chunk per thread per tile; a chunk is sizeof(T) 16-byte words,
+// thread t taking words t, t + kThreads, ...: a warp reads 512 contiguous bytes
+// per load, free of bank conflicts.
+template <typename T>
+constexpr int kWordsPerChunk = static_cast<int>(sizeof(T));
+template <typename T>
+constexpr int kElemsPerWord = 16 / static_cast<int>(sizeof(T));
+constexpr int64_t kTileElems = int64_t{kThreads} * kChunk;
+template <typename T>
+constexpr int kTileBytes = static_cast<int>(kTileElems * sizeof(T));
+template <typename T>
+constexpr int kSlots = kRingBytes / kTileBytes<T>;
+
+// Tiles per block loaded evict-normal right before the kept ones (the rest of
+// the first read is evict-first): what the backward re-read may find in L2.
+constexpr int64_t kDefaultL2WindowKiB = 256;
+
+int64_t l2_window_tiles(int tile_bytes) {
+  int64_t kib = kDefaultL2WindowKiB;
+  if (const char* v = std::getenv("FP8EXT_QUANT_KEEP_L2_KB")) kib = std::max<int64_t>(0, std::atoll(v));
+  return std::min<int64_t>(kib * 1024 / tile_bytes, int64_t{1} << 20);
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void barrier_init(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_address(bar)) : "memory");
+}
+
+// Arms `bar` for `bytes` of bulk copy and copies them from global memory to
+// `dst` with the given L2 policy; the barrier's phase completes on arrival.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                          uint64_t policy) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(bar)), "r"(bytes)
+               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
+          "r"(smem_address(dst)),
+      "l"(src), "r"(bytes), "r"(smem_address(bar)), "l"(policy)
+      : "memory");
+}
+
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(smem_address(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ uint64_t l2_policy(bool keep) {
+  uint64_t p;
+  if (keep)
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(p));
+  else
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+#endif
+
+// Block b's share of the tiles: [first, first + count).
+struct Share {
+  int64_t first, count;
+  __device__ Share(int64_t tiles) {
+    first = tiles * blockIdx.x / gridDim.x;
+    count = tiles * (blockIdx.x + 1) / gridDim.x - first;
+  }
+};
+
+template <typename T, Fp8Format F>
+__global__ void __launch_bounds__(kThreads, 1)
+    kept_pass_kernel(const T* in, uint8_t* out, int64_t n, ScaleRule rule, float* scale_out, float* workspace,
+                     int64_t l2_window) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int S = kSlots<T>;
+  extern __shared__ __align__(128) uint8_t ring[];
+  __shared__ uint64_t full[S];
+  __shared__ float smem[32];
+  __shared__ float grid_amax;
+  const Share share(ceil_div(n, kTileElems));
+  const int64_t kept = share.count < S ? share.count : S;
+  // The loads in issue order: k < count reads tile k of the share (first
+  // pass), then k in [count, loads) reads the tiles not kept, backwards. Load
+  // k goes to slot k % S, whose barrier is then in phase k / S.
+  const int64_t loads = 2 * share.count - kept;
+  auto tile_of = [&](int64_t k) { return share.first + (k < share.count ? k : loads - 1 - k); };
+  auto tile_elems = [&](int64_t tile) {
+    const int64_t rest = n - tile * kTileElems;
+    return rest < kTileElems ? rest : kTileElems;
+  };
+  auto issue = [&](int64_t k) {  // thread 0
+    const int64_t tile = tile_of(k);
+    const bool keep_in_l2 = k < share.count - kept && k >= share.count - kept - l2_window;
+    bulk_load(ring + (k % S) * kTileBytes<T>, in + tile * kTileElems,
+              static_cast<uint32_t>(tile_elems(tile) * sizeof(T)), &full[k % S], l2_policy(keep_in_l2));
+  };
+  // This thread's chunk of the tile in load k's slot; words past the tile read as zeros.
+  auto read_chunk = [&](int64_t k, float (&v)[kChunk]) {
+    const int64_t words = tile_elems(tile_of(k)) / kElemsPerWord<T>;
+    const uint4* slot = reinterpret_cast<const uint4*>(ring + (k % S) * kTileBytes<T>);
+#pragma unroll
+    for (int i = 0; i < kWordsPerChunk<T>; ++i) {
+      const int w = static_cast<int>(threadIdx.x) + i * kThreads;
+      union {
+        uint4 word;
+        T elems[kElemsPerWord<T>];
+      } u;
+      u.word = w < words ? slot[w] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int e = 0; e < kElemsPerWord<T>; ++e) v[i * kElemsPerWord<T> + e] = to_float(u.elems[e]);
+    }
+  };
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) barrier_init(&full[s]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the TMA unit
+  }
+  __syncthreads();
+  begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): the input may come from the kernel before
+  if (threadIdx.x == 0)
+    for (int64_t k = 0; k < kept; ++k) issue(k);
+
+  float amax = 0.0f;
+  for (int64_t k = 0; k < share.count; ++k) {
+    barrier_wait(&full[k % S], static_cast<uint32_t>(k / S) & 1u);
+    float v[kChunk];
+    read_chunk(k, v);
+    amax = fmaxf(amax, chunk_amax(v));
+    if (k + S < share.count) {  // refill the slot once every thread has read it
+      __syncthreads();
+      if (threadIdx.x == 0) issue(k + S);
+    }
+  }
+
+  // Grid barrier: every block adds its amax, then counts itself in; all wait
+  // for the full count (the cooperative launch keeps every block resident).
+  amax = block_max(amax, smem);
+  if (threadIdx.x == 0) {
+    auto* arrived = reinterpret_cast<unsigned*>(&workspace[1]);
+    atomic_max_nonneg(&workspace[0], amax);
+    __threadfence();  // the amax is visible before the arrival
+    atomicAdd(arrived, 1u);
+    while (load_acquire(arrived) < gridDim.x) __nanosleep(32);
+    grid_amax = __uint_as_float(load_acquire(reinterpret_cast<const unsigned*>(&workspace[0])));
+  }
+  __syncthreads();
+  const float s = scale_from_amax(grid_amax, rule);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = s;
+  const Scale scale(s);
+
+  for (int64_t k = share.count - kept; k < loads; ++k) {
+    barrier_wait(&full[k % S], static_cast<uint32_t>(k / S) & 1u);
+    float v[kChunk];
+    read_chunk(k, v);
+    const Codes q = quantize_chunk<F>(v, scale);
+    const int64_t tile = tile_of(k);
+    const int64_t words = tile_elems(tile) / kElemsPerWord<T>;
+    uint8_t* dst = out + tile * kTileElems;
+#pragma unroll
+    for (int i = 0; i < kWordsPerChunk<T>; ++i) {  // word i's codes: kElemsPerWord bytes
+      const int w = static_cast<int>(threadIdx.x) + i * kThreads;
+      if (w >= words) break;
+      if constexpr (kElemsPerWord<T> == 8)
+        __stcs(reinterpret_cast<uint2*>(dst) + w, make_uint2(q.words[2 * i], q.words[2 * i + 1]));
+      else
+        __stcs(reinterpret_cast<unsigned*>(dst) + w, q.words[i]);
+    }
+    if (k + S < loads) {
+      __syncthreads();
+      if (threadIdx.x == 0) issue(k + S);
+    }
+  }
+#else
+  __trap();  // never launched below sm_90 (see per_tensor_fits_kept_pass)
+#endif
+}
+
+template <typename T, Fp8Format F>
+cudaError_t launch_kept_pass(const T* in, uint8_t* out, int64_t n, const ScaleRule& rule, float* scale_out,
+                             float* workspace, cudaStream_t stream) {
+  auto* kernel = kept_pass_kernel<T, F>;
+  constexpr int kSmem = kSlots<T> * kTileBytes<T>;
+  // Per device and instantiation; cheap, and not a stream operation (capture-safe).
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (err != cudaSuccess) return err;
+  const int64_t tiles = ceil_div(n, kTileElems);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(num_sms(), tiles)));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = stream;
+  cudaLaunchAttribute attrs[2];
+  attrs[0].id = cudaLaunchAttributeCooperative;
+  attrs[0].val.cooperative = 1;
+  config.attrs = attrs;
+  config.numAttrs = 1 + pdl_attribute(attrs[1]);
+  return cudaLaunchKernelEx(&config, kernel, in, out, n, rule, scale_out, workspace,
+                            l2_window_tiles(kTileBytes<T>));
+}
+
+bool kept_pass_enabled() {
+  const char* v = std::getenv("FP8EXT_QUANT_KEEP");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
+}  // namespace
+
+bool per_tensor_fits_kept_pass(const ConstMatrix& x, const Fp8Matrix& q) {
+  const int64_t n = x.rows * x.cols;
+  const int64_t elem = x.dtype == DType::kFloat32 ? 4 : 2;
+  return n > 0 && current_device_info().hopper() && kept_pass_enabled() &&
+         (x.rows <= 1 || x.row_stride == x.cols) && q.padded_cols == q.cols && (n * elem) % 16 == 0 &&
+         aligned(x.data, 16) && aligned(q.data, 16);
+}
+
+cudaError_t quantize_per_tensor_kept(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
+                                     float* scale_out, float* amax_workspace, cudaStream_t stream) {
+  static_assert(kAmaxWorkspaceFloats >= 2, "the amax and the arrival count");
+  const int64_t n = x.rows * x.cols;
+  cudaError_t err = cudaSuccess;
+  dispatch(x, q.format, [&](auto in, auto fmt) {
+    using T = typename decltype(in)::Element;
+    err = launch_kept_pass<T, decltype(fmt)::value>(in.data, q.data, n, rule, scale_out, amax_workspace, stream);
+  });
+  return err;
+}
+
+}  // namespace fp8ext::cuda::detail
