@@ -19,7 +19,9 @@
 namespace fp8ext::cuda::detail {
 namespace {
 
-constexpr int kThreads = 512;
+// 32 warps: the quantizing half is ~7 instructions per element, about as long
+// as the memory it waits for, so the SM needs many warps to overlap the two.
+constexpr int kThreads = 1024;
 constexpr int kRingBytes = 224 * 1024;  // of the 227 KB a block may have
 
 // One 16-element chunk per thread per tile; a chunk is sizeof(T) 16-byte words,
@@ -37,7 +39,7 @@ constexpr int kSlots = kRingBytes / kTileBytes<T>;
 
 // Tiles per block loaded evict-normal right before the kept ones (the rest of
 // the first read is evict-first): what the backward re-read may find in L2.
-constexpr int64_t kDefaultL2WindowKiB = 256;
+constexpr int64_t kDefaultL2WindowKiB = 0;
 
 int64_t l2_window_tiles(int tile_bytes) {
   int64_t kib = kDefaultL2WindowKiB;
@@ -227,10 +229,15 @@ cudaError_t launch_kept_pass(const T* in, uint8_t* out, int64_t n, const ScaleRu
   config.dynamicSmemBytes = kSmem;
   config.stream = stream;
   cudaLaunchAttribute attrs[2];
-  attrs[0].id = cudaLaunchAttributeCooperative;
-  attrs[0].val.cooperative = 1;
   config.attrs = attrs;
-  config.numAttrs = 1 + pdl_attribute(attrs[1]);
+  config.numAttrs = 0;
+  const char* coop = std::getenv("FP8EXT_QUANT_KEEP_COOP");
+  if (!(coop && std::strcmp(coop, "0") == 0)) {
+    attrs[0].id = cudaLaunchAttributeCooperative;
+    attrs[0].val.cooperative = 1;
+    config.numAttrs = 1;
+  }
+  config.numAttrs += pdl_attribute(attrs[config.numAttrs]);
   return cudaLaunchKernelEx(&config, kernel, in, out, n, rule, scale_out, workspace,
                             l2_window_tiles(kTileBytes<T>));
 }

@@ -39,7 +39,7 @@ struct Shape {
   int64_t rows, cols, pad;
 };
 // 2600 x 4100 unpadded takes per-tensor current scaling's kept-share kernel
-// (quantize_per_tensor_kept.cu): ~10 tiles per block, the ring's 7 and a
+// (quantize_per_tensor_kept.cu): ~5 tiles per block, the ring's 3 and a
 // backward re-read, a partial last tile.
 const Shape kShapes[] = {{1, 1, 1},      {1, 4100, 16},    {7, 1, 1},       {3, 127, 16},
                          {5, 129, 1},    {130, 257, 512},  {300, 8192, 16}, {2600, 4100, 1}};
