@@ -107,7 +107,8 @@ def test_cuda_graph_capture(op, seed):
             assert hist.cpu()[: step + 1].gt(0).all() and (hist.cpu()[step + 1:] == 0).all(), "one push per replay"
 
 
-# The one-launch kept-share path (quantize_per_tensor_kept.cu): a grid of one
+# The one-launch kept-share path (quantize_per_tensor_kept.cu, taken from 16 MiB
+# up; FP8EXT_QUANT_KEEP=1 forces it at any size, =0 takes the two passes): a grid of one
 # block per SM, tiles of 16384 elements, 7 kept per block for 16-bit inputs
 # (3 for fp32). Sizes in tiles per block around those edges: fewer tiles than
 # blocks, a share shorter than the ring, exactly the ring, one more, several
@@ -125,10 +126,12 @@ def test_cuda_per_tensor_kept_pass_matches_cpu_and_two_passes(dtype, fp8, seed, 
     for n in kept_sizes(dtype):
         x = random_input((n // 8, 8), dtype, seed + n, non_finite=True, zero_row=True)
         q_cpu, s_cpu = torch.ops.fp8ext.quantize_per_tensor(x, fp8, 1, False, 0)
-        q, s = torch.ops.fp8ext.quantize_per_tensor(x.cuda(), fp8, 1, False, 0)
+        with monkeypatch.context() as m:
+            m.setenv("FP8EXT_QUANT_KEEP", "1")
+            q, s = torch.ops.fp8ext.quantize_per_tensor(x.cuda(), fp8, 1, False, 0)
         assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu), n
         with monkeypatch.context() as m:
-            m.setenv("FP8EXT_QUANT_KEEP", "0")  # the two-pass path
+            m.setenv("FP8EXT_QUANT_KEEP", "0")
             q2, s2 = torch.ops.fp8ext.quantize_per_tensor(x.cuda(), fp8, 1, False, 0)
         assert same_bits(q, q2) and torch.equal(s, s2), n
 
@@ -146,9 +149,10 @@ def test_cuda_per_tensor_kept_pass_amax_found_anywhere(seed, monkeypatch):
                   int(torch.randint(n, (1,), generator=g))]:
         planted = x.clone()
         planted.view(-1)[where] = -1000.0
-        for l2_window in ["0", "100000"]:  # nothing kept in L2, and every first-pass tile kept
+        for coop in ["0", "1"]:  # launched as usual, and as a cooperative kernel
             with monkeypatch.context() as m:
-                m.setenv("FP8EXT_QUANT_KEEP_L2_KB", l2_window)
+                m.setenv("FP8EXT_QUANT_KEEP", "1")
+                m.setenv("FP8EXT_QUANT_KEEP_COOP", coop)
                 q, s = torch.ops.fp8ext.quantize_per_tensor(planted, torch.float8_e4m3fn, 0, False, 0)
             assert s.item() == pytest.approx(1000.0 / 448.0, rel=1e-6), where
             q_cpu, s_cpu = torch.ops.fp8ext.quantize_per_tensor(planted.cpu(), torch.float8_e4m3fn, 0, False, 0)
@@ -156,9 +160,10 @@ def test_cuda_per_tensor_kept_pass_amax_found_anywhere(seed, monkeypatch):
 
 
 # Replays reuse the workspace (amax, arrival count): zeroed in the graph too.
-def test_cuda_per_tensor_kept_pass_graph_replays(seed):
+def test_cuda_per_tensor_kept_pass_graph_replays(seed, monkeypatch):
+    monkeypatch.setenv("FP8EXT_QUANT_KEEP", "1")  # read when the graph is captured
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    shape = (sms * 8192 * 3 // 4096, 4096)
+    shape = (sms * 16384 * 3 // 4096, 4096)
     x = random_input(shape, torch.bfloat16, seed).cuda()
     f8 = torch.float8_e4m3fn
     torch.ops.fp8ext.quantize_per_tensor(x, f8, 0, False, 0)

@@ -10,9 +10,10 @@
 
 namespace fp8ext::cuda::detail {
 
-// Whether the kept-share kernel takes x: contiguous, 16-byte aligned, no
-// padded columns in q, sm_90, and not turned off (FP8EXT_QUANT_KEEP=0 in the
-// environment, read at each call, so an A/B runs in one process).
+// Whether the kept-share kernel takes x: at least 16 MiB, contiguous, 16-byte
+// aligned, no padded columns in q, sm_90. FP8EXT_QUANT_KEEP=0 in the
+// environment turns it off, =1 takes it at any size (read at each call, so an
+// A/B or a test runs both ways in one process).
 bool per_tensor_fits_kept_pass(const ConstMatrix& x, const Fp8Matrix& q);
 
 // amax_workspace: kAmaxWorkspaceFloats zeroed words (the amax and the
