@@ -1,8 +1,8 @@
 // Per-tensor current scaling in one launch for large contiguous tensors.
 //
 // The two-pass path reads the whole tensor twice (amax, then quantize). Here a
-// grid of one block per SM (all resident: see launch_kept_pass) splits
-// the flat tensor into contiguous shares. A block streams its share through a
+// grid of one block per SM splits the flat tensor into contiguous shares (a
+// block claims them: see kept_pass_kernel). A block streams its share through a
 // ring of shared-memory tiles that the TMA unit fills (cp.async.bulk) and
 // reduces its amax; when the share is read, the ring still holds its last
 // tiles (224 KB per SM, ~29 MB over the chip). The blocks agree on the amax at
@@ -24,6 +24,7 @@ namespace {
 // as the memory it waits for, so the SM needs many warps to overlap the two.
 constexpr int kThreads = 1024;
 constexpr int kRingBytes = 224 * 1024;  // of the 227 KB a block may have
+constexpr int kMaxBlocks = 256;         // the grid, so the shares a block may claim
 
 // One 16-element chunk per thread per tile; a chunk is sizeof(T) 16-byte words,
 // thread t taking words t, t + kThreads, ...: a warp reads 512 contiguous bytes
@@ -66,6 +67,12 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
       : "memory");
 }
 
+// Completes the current phase of `bar` (count 1) with no bytes: a slot that
+// carries a message and no tile.
+__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(bar)) : "memory");
+}
+
 __device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t parity) {
   asm volatile(
       "{\n"
@@ -89,17 +96,31 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+
+// The tensor's tiles split into `shares` contiguous shares; share s starts at
+// tile first(s) (first(shares) = tiles). No share is empty: the grid, and so
+// the share count, is at most the tile count.
+struct Shares {
+  int64_t tiles;
+  int shares;
+  __device__ int64_t first(int s) const { return tiles * s / shares; }
+};
 #endif
 
-// Block b's share of the tiles: [first, first + count).
-struct Share {
-  int64_t first, count;
-  __device__ Share(int64_t tiles) {
-    first = tiles * blockIdx.x / gridDim.x;
-    count = tiles * (blockIdx.x + 1) / gridDim.x - first;
-  }
-};
-
+// The barrier waits for every share to be reduced, not for every block to
+// arrive: a block claims shares (an atomic counter) until none is left, so the
+// blocks that are running do all the work whatever number of them the GPU
+// holds at once (other kernels on other streams may keep some of ours from
+// starting; a block that starts after the last claim exits). With the whole
+// grid resident, each block claims one share.
+//
+// Loads are numbered in issue order, pass 1 then pass 2; load k goes to slot
+// k % S in that slot's phase k / S. Pass 1 issues the claimed shares' tiles in
+// order; its end is a load with no data (a plain arrive: end_load = L) in the
+// slot of load L - S, whose tile stays. So after pass 1 the ring holds loads
+// L - S .. L - 1, the block's last tiles. Pass 2 takes them as items L + 1 - S
+// .. L (item L: the tile of load L - S), then loads L + 1 .. L + R, the other
+// R tiles from the last back to the first, each into the slot just freed.
 template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kThreads, 1)
     kept_pass_kernel(const T* in, uint8_t* out, int64_t n, ScaleRule rule, float* scale_out, float* workspace) {
@@ -107,15 +128,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int S = kSlots<T>;
   extern __shared__ __align__(128) uint8_t ring[];
   __shared__ uint64_t full[S];
+  __shared__ int64_t slot_tile[S];  // the tile of each slot's latest load
+  __shared__ int mine[kMaxBlocks];  // the shares this block claimed, in claim order
+  __shared__ int64_t end_load;      // L, written by thread 0 with pass 1's end
+  __shared__ int mine_count;
   __shared__ float smem[32];
   __shared__ float grid_amax;
-  const Share share(ceil_div(n, kTileElems));
-  const int64_t kept = share.count < S ? share.count : S;
-  // The loads in issue order: k < count reads tile k of the share (first
-  // pass), then k in [count, loads) reads the tiles not kept, backwards. Load
-  // k goes to slot k % S, whose barrier is then in phase k / S.
-  const int64_t loads = 2 * share.count - kept;
-  auto tile_of = [&](int64_t k) { return share.first + (k < share.count ? k : loads - 1 - k); };
+  auto* claims = reinterpret_cast<unsigned*>(&workspace[1]);
+  auto* reduced = reinterpret_cast<unsigned*>(&workspace[2]);
+  const Shares shares{ceil_div(n, kTileElems), static_cast<int>(gridDim.x)};
   auto tile_elems = [&](int64_t tile) {
     const int64_t rest = n - tile * kTileElems;
     return rest < kTileElems ? rest : kTileElems;
@@ -123,14 +144,44 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Every load streams (evict-first): keeping the tiles before the kept ones in
   // L2 for the backward re-read (evict-normal, 128 KB to 1 MB per block) made
   // 16384 x 8192 bf16 4-10 us slower on the H200, as in the two-pass kernels.
-  auto issue = [&](int64_t k) {  // thread 0
-    const int64_t tile = tile_of(k);
+  auto load_tile = [&](int64_t k, int64_t tile) {  // thread 0
+    slot_tile[k % S] = tile;
     bulk_load(ring + (k % S) * kTileBytes<T>, in + tile * kTileElems,
               static_cast<uint32_t>(tile_elems(tile) * sizeof(T)), &full[k % S], evict_first_policy());
   };
-  // This thread's chunk of the tile in load k's slot; words past the tile read as zeros.
+  // Thread 0's pass-1 cursor: the next tile and the end of its share.
+  int64_t cursor = 0, share_end = 0;
+  int claimed = 0;
+  bool ended = false;
+  auto issue_first_pass = [&](int64_t k) {  // thread 0: load k, or pass 1's end
+    if (ended) return;
+    if (cursor == share_end) {
+      const unsigned s = atomicAdd(claims, 1u);
+      if (s < static_cast<unsigned>(shares.shares)) {
+        mine[claimed++] = static_cast<int>(s);
+        cursor = shares.first(static_cast<int>(s));
+        share_end = shares.first(static_cast<int>(s) + 1);
+      } else {
+        ended = true;
+        mine_count = claimed;
+        end_load = k;
+        barrier_arrive(&full[k % S]);
+        return;
+      }
+    }
+    load_tile(k, cursor++);
+  };
+  // The tile of pass-1 load i (thread 0, pass 2): the claimed shares in order.
+  auto first_pass_tile = [&](int64_t i) {
+    for (int c = 0;; ++c) {
+      const int64_t first = shares.first(mine[c]), size = shares.first(mine[c] + 1) - first;
+      if (i < size) return first + i;
+      i -= size;
+    }
+  };
+  // This thread's chunk of the tile in slot k % S; words past the tile read as zeros.
   auto read_chunk = [&](int64_t k, float (&v)[kChunk]) {
-    const int64_t words = tile_elems(tile_of(k)) / kElemsPerWord<T>;
+    const int64_t words = tile_elems(slot_tile[k % S]) / kElemsPerWord<T>;
     const uint4* slot = reinterpret_cast<const uint4*>(ring + (k % S) * kTileBytes<T>);
 #pragma unroll
     for (int i = 0; i < kWordsPerChunk<T>; ++i) {
@@ -144,50 +195,57 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int e = 0; e < kElemsPerWord<T>; ++e) v[i * kElemsPerWord<T> + e] = to_float(u.elems[e]);
     }
   };
+  auto wait_slot = [&](int64_t k) { barrier_wait(&full[k % S], static_cast<uint32_t>(k / S) & 1u); };
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) barrier_init(&full[s]);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the TMA unit
+    end_load = INT64_MAX;
   }
   __syncthreads();
-  begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): the input may come from the kernel before
+  begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): the input and the workspace come from kernels before
   if (threadIdx.x == 0)
-    for (int64_t k = 0; k < kept; ++k) issue(k);
+    for (int64_t k = 0; k < S; ++k) issue_first_pass(k);
 
   float amax = 0.0f;
-  for (int64_t k = 0; k < share.count; ++k) {
-    barrier_wait(&full[k % S], static_cast<uint32_t>(k / S) & 1u);
+  int64_t last = 0;  // L
+  for (int64_t k = 0;; ++k) {
+    wait_slot(k);
+    if (k == *reinterpret_cast<volatile int64_t*>(&end_load)) {  // set before the arrive that ended the wait
+      last = k;
+      break;
+    }
     float v[kChunk];
     read_chunk(k, v);
     amax = fmaxf(amax, chunk_amax(v));
-    if (k + S < share.count) {  // refill the slot once every thread has read it
-      __syncthreads();
-      if (threadIdx.x == 0) issue(k + S);
-    }
+    __syncthreads();  // every thread has read slot k % S
+    if (threadIdx.x == 0) issue_first_pass(k + S);
   }
+  __syncthreads();  // mine_count, mine[] written before pass 1's end
+  if (mine_count == 0) return;  // started after the last claim
 
-  // Grid barrier: every block adds its amax, then counts itself in; all wait
-  // for the full count (the cooperative launch keeps every block resident).
+  // Grid barrier: each block adds its amax, then the count of shares it reduced.
   amax = block_max(amax, smem);
   if (threadIdx.x == 0) {
-    auto* arrived = reinterpret_cast<unsigned*>(&workspace[1]);
     atomic_max_nonneg(&workspace[0], amax);
-    __threadfence();  // the amax is visible before the arrival
-    atomicAdd(arrived, 1u);
-    while (load_acquire(arrived) < gridDim.x) __nanosleep(32);
+    __threadfence();  // the amax is visible before the count
+    atomicAdd(reduced, static_cast<unsigned>(mine_count));
+    while (load_acquire(reduced) < static_cast<unsigned>(shares.shares)) __nanosleep(32);
     grid_amax = __uint_as_float(load_acquire(reinterpret_cast<const unsigned*>(&workspace[0])));
   }
   __syncthreads();
   const float s = scale_from_amax(grid_amax, rule);
-  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = s;
+  if (threadIdx.x == 0 && mine[0] == 0) *scale_out = s;  // the block that claimed share 0 (block 0 may have none)
   const Scale scale(s);
 
-  for (int64_t k = share.count - kept; k < loads; ++k) {
-    barrier_wait(&full[k % S], static_cast<uint32_t>(k / S) & 1u);
+  const int64_t kept = last < S ? last : S, again = last - kept;  // R = again
+  for (int64_t j = last < S ? 0 : last + 1 - S; j <= last + again; ++j) {
+    if (j == last && last < S) continue;  // no load L - S: the end took an empty slot
+    wait_slot(j);
     float v[kChunk];
-    read_chunk(k, v);
+    read_chunk(j, v);
     const Codes q = quantize_chunk<F>(v, scale);
-    const int64_t tile = tile_of(k);
+    const int64_t tile = slot_tile[j % S];
     const int64_t words = tile_elems(tile) / kElemsPerWord<T>;
     uint8_t* dst = out + tile * kTileElems;
 #pragma unroll
@@ -199,9 +257,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       else
         __stcs(reinterpret_cast<unsigned*>(dst) + w, q.words[i]);
     }
-    if (k + S < loads) {
+    if (j + S <= last + again) {  // load j + S: the re-read of pass-1 load L - S - 1 - (j + S - L - 1)
       __syncthreads();
-      if (threadIdx.x == 0) issue(k + S);
+      if (threadIdx.x == 0) load_tile(j + S, first_pass_tile(last - kept - 1 - (j + S - last - 1)));
     }
   }
 #else
@@ -219,26 +277,17 @@ cudaError_t launch_kept_pass(const T* in, uint8_t* out, int64_t n, const ScaleRu
   if (err != cudaSuccess) return err;
   const int64_t tiles = ceil_div(n, kTileElems);
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(num_sms(), tiles)));
+  config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>({int64_t{num_sms()}, tiles, int64_t{kMaxBlocks}})));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = kSmem;
   config.stream = stream;
-  // Not a cooperative launch by default: the grid barrier needs every block
-  // resident, which a grid of one block per SM gets (the blocks of the kernel
-  // before finish on their own, the kernel after launches only once all of ours
-  // have started), and the cooperative attribute cost ~10 us a call (176 us
-  // against 165 at 16384 x 8192 bf16, H200). FP8EXT_QUANT_KEEP_COOP=1 asks for
-  // it where other work may hold SMs for good (MPS limits, green contexts).
-  cudaLaunchAttribute attrs[2];
-  config.attrs = attrs;
-  config.numAttrs = 0;
-  const char* coop = std::getenv("FP8EXT_QUANT_KEEP_COOP");
-  if (coop && std::strcmp(coop, "1") == 0) {
-    attrs[0].id = cudaLaunchAttributeCooperative;
-    attrs[0].val.cooperative = 1;
-    config.numAttrs = 1;
-  }
-  config.numAttrs += pdl_attribute(attrs[config.numAttrs]);
+  // A plain launch (with PDL): the barrier needs no block to be resident but
+  // the ones running (see kept_pass_kernel). A cooperative launch, which would
+  // keep the whole grid resident, cost ~10 us a call (176 us against 165 at
+  // 16384 x 8192 bf16, H200).
+  cudaLaunchAttribute attr[1];
+  config.attrs = attr;
+  config.numAttrs = pdl_attribute(attr[0]);
   return cudaLaunchKernelEx(&config, kernel, in, out, n, rule, scale_out, workspace);
 }
 

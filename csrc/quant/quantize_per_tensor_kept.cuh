@@ -12,12 +12,12 @@ namespace fp8ext::cuda::detail {
 
 // Whether the kept-share kernel takes x: at least 16 MiB, contiguous, 16-byte
 // aligned, no padded columns in q, sm_90. FP8EXT_QUANT_KEEP=0 in the
-// environment turns it off, =1 takes it at any size (read at each call, so an
-// A/B or a test runs both ways in one process).
+// environment turns it off, =1 takes it at any size past the one-pass cluster
+// kernel's (read at each call, so an A/B or a test runs both ways in one process).
 bool per_tensor_fits_kept_pass(const ConstMatrix& x, const Fp8Matrix& q);
 
-// amax_workspace: kAmaxWorkspaceFloats zeroed words (the amax and the
-// barrier's arrival count); the caller zeroes them in the same stream.
+// amax_workspace: kAmaxWorkspaceFloats words (the amax, the shares claimed,
+// the shares reduced), zeroed by the caller in the same stream.
 cudaError_t quantize_per_tensor_kept(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
                                      float* scale_out, float* amax_workspace, cudaStream_t stream);
 

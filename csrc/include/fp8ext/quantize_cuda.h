@@ -17,14 +17,17 @@ cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const 
                                 cudaStream_t stream);
 
 // Scratch the per-tensor recipes need in device memory: the grid-wide amax and
-// a finished-blocks counter (two 32-bit words, zeroed by the call itself).
-constexpr int kAmaxWorkspaceFloats = 2;
+// counters (32-bit words, zeroed by the call itself): delayed scaling's
+// finished blocks, or the one-launch current scaling's claimed and reduced shares.
+constexpr int kAmaxWorkspaceFloats = 4;
 
-// Current scaling. A tensor larger than the chip is read twice (a grid-wide
-// amax into the workspace, then quantization with the scale derived from it):
-// it cannot be held on chip while the grid agrees on its amax. A small tensor
-// (<= kOnePassMaxElements, on sm_90) takes one pass: a cluster of blocks holds it
-// in registers and agrees on the amax through distributed shared memory.
+// Current scaling. A small tensor (<= kOnePassMaxElements, on sm_90) takes one
+// pass: a cluster of blocks holds it in registers and agrees on the amax
+// through distributed shared memory. From 16 MiB (contiguous, on sm_90) one
+// launch keeps the last 224 KB of each SM's share in shared memory across a
+// grid barrier on the amax and reads only the rest twice. Otherwise two passes:
+// a grid-wide amax into the workspace, then quantization with the scale
+// derived from it.
 constexpr int64_t kOnePassMaxElements = 131072;
 cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
                                 float* scale_out, float* amax_workspace, cudaStream_t stream);
