@@ -272,7 +272,7 @@ cudaError_t launch_kept_pass(const T* in, uint8_t* out, int64_t n, const ScaleRu
                              float* workspace, cudaStream_t stream) {
   auto* kernel = kept_pass_kernel<T, F>;
   constexpr int kSmem = kSlots<T> * kTileBytes<T>;
-  // Per device and instantiation; cheap, and not a stream operation (capture-safe).
+  // At every launch (the device may have changed): cheap, and not a stream operation, so allowed under capture.
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
   const int64_t tiles = ceil_div(n, kTileElems);
@@ -312,7 +312,7 @@ bool per_tensor_fits_kept_pass(const ConstMatrix& x, const Fp8Matrix& q) {
 
 cudaError_t quantize_per_tensor_kept(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
                                      float* scale_out, float* amax_workspace, cudaStream_t stream) {
-  static_assert(kAmaxWorkspaceFloats >= 2, "the amax and the arrival count");
+  static_assert(kAmaxWorkspaceFloats >= 3, "the amax, the shares claimed, the shares reduced");
   const int64_t n = x.rows * x.cols;
   cudaError_t err = cudaSuccess;
   dispatch(x, q.format, [&](auto in, auto fmt) {
