@@ -157,7 +157,8 @@ def test_cuda_per_tensor_kept_pass_matches_cpu_and_two_passes(dtype, fp8, seed, 
 @pytest.mark.parametrize("shape,dtype,zeros", [((4100, 4100), torch.float32, False),
                                                ((2048, 8192), torch.bfloat16, False),
                                                ((4096, 4096), torch.bfloat16, True)], ids=str)
-def test_cuda_per_tensor_kept_pass_by_default(shape, dtype, zeros, seed):
+def test_cuda_per_tensor_kept_pass_by_default(shape, dtype, zeros, seed, monkeypatch):
+    monkeypatch.setenv("FP8EXT_QUANT_KEEP", "auto")  # off by default until it has run on a GPU
     x = torch.zeros(shape, dtype=dtype) if zeros else random_input(shape, dtype, seed, non_finite=True)
     (q, s), ran = kernels_run(lambda: per_tensor(x.cuda()))
     assert KEPT_KERNEL in ran
@@ -209,7 +210,8 @@ def test_cuda_per_tensor_kept_pass_amax_found_anywhere(seed, monkeypatch):
 # Calls back to back without a sync (the workspace's zeroing, PDL-chained, between
 # them), and two calls on two streams of different priorities at once: the
 # blocks that run claim the shares, so neither waits for SMs the other holds.
-def test_cuda_per_tensor_kept_pass_back_to_back_and_on_two_streams(seed):
+def test_cuda_per_tensor_kept_pass_back_to_back_and_on_two_streams(seed, monkeypatch):
+    monkeypatch.setenv("FP8EXT_QUANT_KEEP", "auto")
     shape = (4096, 4096)
     xs = [random_input(shape, torch.bfloat16, seed + i).cuda() * 2.0 ** i for i in range(4)]
     outs = [per_tensor(x) for x in xs]
