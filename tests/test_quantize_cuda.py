@@ -107,9 +107,9 @@ def test_cuda_graph_capture(op, seed):
             assert hist.cpu()[: step + 1].gt(0).all() and (hist.cpu()[step + 1:] == 0).all(), "one push per replay"
 
 
-# The one-launch kept-share path (quantize_per_tensor_kept.cu, taken from 16 MiB
-# up; FP8EXT_QUANT_KEEP=1 forces it past the one-pass cluster kernel's sizes, =0
-# takes the two passes): a grid of one block per SM, tiles of 16384 elements, 7
+# The one-launch kept-share path (quantize_per_tensor_kept.cu; off by default,
+# FP8EXT_QUANT_KEEP=1 takes it past the one-pass cluster kernel's sizes, =auto
+# from 16 MiB up): a grid of one block per SM, tiles of 16384 elements, 7
 # kept per block for 16-bit inputs (3 for fp32). Sizes in tiles per block
 # around those edges: fewer tiles than blocks, two, a share shorter than the
 # ring, exactly the ring, one more, several rings; each with a partial last tile.
@@ -152,13 +152,14 @@ def test_cuda_per_tensor_kept_pass_matches_cpu_and_two_passes(dtype, fp8, seed, 
         assert KEPT_KERNEL not in ran and same_bits(q, q2) and torch.equal(s, s2), n
 
 
-# Taken by default from 16 MiB: fp32 4100 x 4100 (an earlier one-launch attempt
-# got it wrong, bench/NOTES.md session 8), bf16 2048 x 8192, an all-zero tensor.
+# Taken with FP8EXT_QUANT_KEEP=auto from 16 MiB: fp32 4100 x 4100 (an earlier
+# one-launch attempt got it wrong, bench/NOTES.md session 8), bf16 2048 x 8192,
+# an all-zero tensor.
 @pytest.mark.parametrize("shape,dtype,zeros", [((4100, 4100), torch.float32, False),
                                                ((2048, 8192), torch.bfloat16, False),
                                                ((4096, 4096), torch.bfloat16, True)], ids=str)
-def test_cuda_per_tensor_kept_pass_by_default(shape, dtype, zeros, seed, monkeypatch):
-    monkeypatch.setenv("FP8EXT_QUANT_KEEP", "auto")  # off by default until it has run on a GPU
+def test_cuda_per_tensor_kept_pass_auto_from_16_mib(shape, dtype, zeros, seed, monkeypatch):
+    monkeypatch.setenv("FP8EXT_QUANT_KEEP", "auto")
     x = torch.zeros(shape, dtype=dtype) if zeros else random_input(shape, dtype, seed, non_finite=True)
     (q, s), ran = kernels_run(lambda: per_tensor(x.cuda()))
     assert KEPT_KERNEL in ran

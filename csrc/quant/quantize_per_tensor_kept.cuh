@@ -10,10 +10,10 @@
 
 namespace fp8ext::cuda::detail {
 
-// Whether the kept-share kernel takes x: at least 16 MiB, contiguous, 16-byte
-// aligned, no padded columns in q, sm_90. FP8EXT_QUANT_KEEP=0 in the
-// environment turns it off, =1 takes it at any size past the one-pass cluster
-// kernel's (read at each call, so an A/B or a test runs both ways in one process).
+// Whether the kept-share kernel takes x: turned on (FP8EXT_QUANT_KEEP=1 in the
+// environment: at any size past the one-pass cluster kernel's; =auto: from 16
+// MiB; off by default; read at each call, so an A/B or a test runs both ways in
+// one process), contiguous, 16-byte aligned, no padded columns in q, sm_90.
 bool per_tensor_fits_kept_pass(const ConstMatrix& x, const Fp8Matrix& q);
 
 // amax_workspace: kAmaxWorkspaceFloats words (the amax, the shares claimed,

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -38,17 +39,19 @@ std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
 struct Shape {
   int64_t rows, cols, pad;
 };
-// 2600 x 4100 unpadded takes per-tensor current scaling's kept-share kernel
-// (quantize_per_tensor_kept.cu): ~5 tiles per block, the ring's 3 and a
-// backward re-read, a partial last tile.
+// 2600 x 4100 unpadded (and 300 x 8192) take per-tensor current scaling's
+// kept-share kernel when it is on (quantize_per_tensor_kept.cu; the test runs
+// per-tensor both ways): ~5 tiles per block, the ring's 3 and a backward
+// re-read, a partial last tile.
 const Shape kShapes[] = {{1, 1, 1},      {1, 4100, 16},    {7, 1, 1},       {3, 127, 16},
                          {5, 129, 1},    {130, 257, 512},  {300, 8192, 16}, {2600, 4100, 1}};
 
-enum class Recipe { kPerTensor, kPerRow, kPerGroup, kPerBlock };
+enum class Recipe { kPerTensor, kPerTensorKept, kPerRow, kPerGroup, kPerBlock };
 
 int64_t scale_count(Recipe r, int64_t rows, int64_t cols) {
   switch (r) {
-    case Recipe::kPerTensor: return 1;
+    case Recipe::kPerTensor:
+    case Recipe::kPerTensorKept: return 1;
     case Recipe::kPerRow: return rows;
     case Recipe::kPerGroup: return ceil_div(cols, kGroupSize) * round_up(rows, kGroupScaleRowAlign);
     case Recipe::kPerBlock: return ceil_div(rows, kGroupSize) * ceil_div(cols, kGroupSize);
@@ -76,6 +79,12 @@ void compare(Recipe recipe, Fp8Format f, const Shape& sh, uint32_t seed) {
     case Recipe::kPerTensor:
       cpu::quantize_per_tensor(hx, rule, hq, s_cpu.data());
       CUDA_OK(cuda::quantize_per_tensor(gx, rule, gq, ds.ptr, work.ptr, nullptr));
+      break;
+    case Recipe::kPerTensorKept:  // FP8EXT_QUANT_KEEP=1: the one-launch kernel wherever it applies
+      cpu::quantize_per_tensor(hx, rule, hq, s_cpu.data());
+      setenv("FP8EXT_QUANT_KEEP", "1", 1);
+      CUDA_OK(cuda::quantize_per_tensor(gx, rule, gq, ds.ptr, work.ptr, nullptr));
+      unsetenv("FP8EXT_QUANT_KEEP");
       break;
     case Recipe::kPerRow:
       cpu::quantize_per_row(hx, rule, hq, s_cpu.data());
@@ -105,7 +114,7 @@ FP8EXT_TEST(cuda_recipes_match_cpu) {
   require_gpu();
   const uint32_t seed = std::random_device{}();
   std::printf("seed %u\n", seed);
-  for (Recipe r : {Recipe::kPerTensor, Recipe::kPerRow, Recipe::kPerGroup, Recipe::kPerBlock})
+  for (Recipe r : {Recipe::kPerTensor, Recipe::kPerTensorKept, Recipe::kPerRow, Recipe::kPerGroup, Recipe::kPerBlock})
     for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2})
       for (const Shape& sh : kShapes) compare(r, f, sh, seed + static_cast<uint32_t>(sh.cols));
 }

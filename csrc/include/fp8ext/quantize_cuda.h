@@ -23,11 +23,11 @@ constexpr int kAmaxWorkspaceFloats = 4;
 
 // Current scaling. A small tensor (<= kOnePassMaxElements, on sm_90) takes one
 // pass: a cluster of blocks holds it in registers and agrees on the amax
-// through distributed shared memory. From 16 MiB (contiguous, on sm_90) one
-// launch keeps the last 224 KB of each SM's share in shared memory across a
-// grid barrier on the amax and reads only the rest twice. Otherwise two passes:
-// a grid-wide amax into the workspace, then quantization with the scale
-// derived from it.
+// through distributed shared memory. Otherwise two passes: a grid-wide amax
+// into the workspace, then quantization with the scale derived from it. With
+// FP8EXT_QUANT_KEEP=1 or auto (contiguous input, sm_90), one launch keeps the
+// last 224 KB of each SM's share in shared memory across a grid barrier on the
+// amax and reads only the rest twice (off by default: not faster yet).
 constexpr int64_t kOnePassMaxElements = 131072;
 cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
                                 float* scale_out, float* amax_workspace, cudaStream_t stream);
