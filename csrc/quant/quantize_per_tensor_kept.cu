@@ -36,7 +36,7 @@ constexpr int kMaxBlocks = 256;         // the grid, so the shares a block may c
 // thread t taking words t, t + kThreads, ...: a warp reads 512 contiguous bytes
 // per load, free of bank conflicts.
 template <typename T>
-constexpr int kWordsPerChunk = static_cast<int>(sizeof(T));
+constexpr int kWordsPerChunk = Input<T>::kWords;
 template <typename T>
 constexpr int kElemsPerWord = 16 / static_cast<int>(sizeof(T));
 constexpr int64_t kTileElems = int64_t{kThreads} * kChunk;
@@ -186,21 +186,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       i -= size;
     }
   };
+  // The 16-byte words of the tile in slot k % S (a partial tile has fewer).
+  auto tile_words = [&](int64_t k) { return tile_elems(slot_tile[k % S]) / kElemsPerWord<T>; };
   // This thread's chunk of the tile in slot k % S; words past the tile read as zeros.
-  auto read_chunk = [&](int64_t k, float (&v)[kChunk]) {
-    const int64_t words = tile_elems(slot_tile[k % S]) / kElemsPerWord<T>;
+  auto read_chunk = [&](int64_t k, int64_t words, float (&v)[kChunk]) {
     const uint4* slot = reinterpret_cast<const uint4*>(ring + (k % S) * kTileBytes<T>);
+    typename Input<T>::Raw raw;  // word i holds chunk elements [i * kElemsPerWord, (i + 1) * kElemsPerWord)
 #pragma unroll
     for (int i = 0; i < kWordsPerChunk<T>; ++i) {
       const int w = static_cast<int>(threadIdx.x) + i * kThreads;
-      union {
-        uint4 word;
-        T elems[kElemsPerWord<T>];
-      } u;
-      u.word = w < words ? slot[w] : make_uint4(0, 0, 0, 0);
-#pragma unroll
-      for (int e = 0; e < kElemsPerWord<T>; ++e) v[i * kElemsPerWord<T> + e] = to_float(u.elems[e]);
+      raw.words[i] = w < words ? slot[w] : make_uint4(0, 0, 0, 0);
     }
+    Input<T>::unpack(raw, v);
   };
   auto wait_slot = [&](int64_t k) { barrier_wait(&full[k % S], static_cast<uint32_t>(k / S) & 1u); };
 
@@ -223,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       break;
     }
     float v[kChunk];
-    read_chunk(k, v);
+    read_chunk(k, tile_words(k), v);
     amax = fmaxf(amax, chunk_amax(v));
     __syncthreads();  // every thread has read slot k % S
     if (threadIdx.x == 0) issue_first_pass(k + S);
@@ -249,12 +246,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t j = last < S ? 0 : last + 1 - S; j <= last + again; ++j) {
     if (j == last && last < S) continue;  // no load L - S: the end took an empty slot
     wait_slot(j);
+    const int64_t words = tile_words(j);
     float v[kChunk];
-    read_chunk(j, v);
+    read_chunk(j, words, v);
     const Codes q = quantize_chunk<F>(v, scale);
-    const int64_t tile = slot_tile[j % S];
-    const int64_t words = tile_elems(tile) / kElemsPerWord<T>;
-    uint8_t* dst = out + tile * kTileElems;
+    uint8_t* dst = out + slot_tile[j % S] * kTileElems;
 #pragma unroll
     for (int i = 0; i < kWordsPerChunk<T>; ++i) {  // word i's codes: kElemsPerWord bytes
       const int w = static_cast<int>(threadIdx.x) + i * kThreads;
