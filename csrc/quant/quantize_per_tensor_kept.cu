@@ -1,8 +1,8 @@
 // Per-tensor current scaling in one launch for large contiguous tensors.
 //
 // The two-pass path reads the whole tensor twice (amax, then quantize). Here a
-// grid of one block per SM splits the flat tensor into contiguous shares, one
-// per block (others may steal it: see kept_pass_kernel). A block streams its share through a
+// grid of one block per SM splits the flat tensor into contiguous shares (a
+// block claims them: see kept_pass_kernel). A block streams its share through a
 // ring of shared-memory tiles that the TMA unit fills (cp.async.bulk) and
 // reduces its amax; when the share is read, the ring still holds its last
 // tiles (224 KB per SM, ~29 MB over the chip). The blocks agree on the amax at
@@ -10,11 +10,12 @@
 // second read, and reads the rest of its share again.
 //
 // Off by default (FP8EXT_QUANT_KEEP, below). 16384 x 8192 bf16 on the H200, one
-// process each, 3 rounds against the two passes (bench/NOTES.md, session 17):
-// one fixed share per block (which can deadlock beside another stream) 164.9
-// us against 167.8; shares claimed from a counter in arrival order (deadlock-
-// free) 176.1 against 167.9. This version keeps the fixed mapping and steals
-// only shares whose owner has not started (see kept_pass_kernel).
+// process each, 3 rounds against the two passes: with one fixed share per
+// block (no claims, which can deadlock beside another stream) 164.9 us against
+// 167.8; this version, with claims, 176.1 against 167.9 (its first round
+// 168.4), and 23.6 against 24.0 us at 4096 x 4096. Not the claiming itself:
+// each block streaming its own share, stealing only unclaimed ones (ffa1fe3),
+// also read 176.0 against 167.9 (first round 169.5; bench/NOTES.md, session 18).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -31,7 +32,6 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kRingBytes = 224 * 1024;  // of the 227 KB a block may have
 constexpr int kMaxBlocks = 256;         // the grid, so the shares a block may claim
-constexpr int kClaimWords = kMaxBlocks / 32;
 
 // One 16-element chunk per thread per tile; a chunk is sizeof(T) 16-byte words,
 // thread t taking words t, t + kThreads, ...: a warp reads 512 contiguous bytes
@@ -105,13 +105,6 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   return v;
 }
 
-// A coherent read (from L2) that orders nothing: several can be in flight.
-__device__ __forceinline__ unsigned load_relaxed(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
-
 // The tensor's tiles split into `shares` contiguous shares; share s starts at
 // tile first(s) (first(shares) = tiles). No share is empty: the grid, and so
 // the share count, is at most the tile count.
@@ -120,74 +113,37 @@ struct Shares {
   int shares;
   __device__ int64_t first(int s) const { return tiles * s / shares; }
 };
-
-// Sets share s's claim bit (workspace words 2 .. 2 + kClaimWords, one bit a
-// share; zeroed before each launch); true if this call set it.
-__device__ __forceinline__ bool claim_share(unsigned* bits, int s) {
-  const unsigned bit = 1u << (s & 31);
-  return (atomicOr(&bits[s >> 5], bit) & bit) == 0;
-}
-
-// Claims a share nobody holds yet, or returns -1 when all are held. Reads the
-// bits first (one round trip when all are held, the usual case: every owner
-// set its bit at its start), then tries the clear ones; the atomicOr decides.
-__device__ int steal_share(unsigned* bits, int shares) {
-  unsigned held[kClaimWords];
-#pragma unroll
-  for (int w = 0; w < kClaimWords; ++w) held[w] = w * 32 < shares ? load_relaxed(&bits[w]) : ~0u;
-#pragma unroll
-  for (int w = 0; w < kClaimWords; ++w) {
-    const int in_word = shares - w * 32;
-    unsigned free = ~held[w] & (in_word >= 32 ? ~0u : (1u << (in_word > 0 ? in_word : 0)) - 1u);
-    while (free != 0) {
-      const int s = w * 32 + __ffs(static_cast<int>(free)) - 1;
-      if (claim_share(bits, s)) return s;
-      free &= free - 1;
-    }
-  }
-  return -1;
-}
 #endif
 
-// Block b owns share b: it starts loading it at once and sets the share's claim
-// bit meanwhile. With the whole grid resident (the usual case) that is all
-// there is: each block streams its own share, the mapping of the fastest
-// version measured (bench/NOTES.md, session 17). The grid barrier, though,
-// waits for every share to be reduced, not for every block to arrive: a block
-// that has issued the last load of its shares steals any share whose bit is
-// still clear, so the blocks that run do all the work whatever number of them
-// the GPU holds at once (another kernel on another stream may keep some of ours
-// from starting; a barrier over blocks would deadlock then). A block that
-// starts and finds its share taken drops the loads it began and steals too, or
-// exits. Every share is claimed by the time any block's steal comes up empty,
-// and only running blocks claim, so the barrier always opens.
+// The barrier waits for every share to be reduced, not for every block to
+// arrive: a block claims shares (an atomic counter) until none is left, so the
+// blocks that are running do all the work whatever number of them the GPU
+// holds at once (other kernels on other streams may keep some of ours from
+// starting; a block that starts after the last claim exits). With the whole
+// grid resident, each block claims one share.
 //
-// Loads are numbered in issue order; load k goes to slot k % S in that slot's
-// phase k / S. Loads 0 .. base - 1 are the dropped start of a share a thief took
-// (base = 0 when the block holds its own). Pass 1 issues the claimed shares'
-// tiles in order; its end is a load with no data (a plain arrive: end_load = L)
-// in the slot of load L - S. With n1 = L - base tiles read, the ring then holds
-// the last min(n1, S) of them. Pass 2 takes those first, then loads L + 1 ..
-// L + R, the other R tiles from the last back to the first, each into the slot
-// just freed. leave_own (tests): the last leave_own blocks act as if a thief had
-// taken their share.
+// Loads are numbered in issue order, pass 1 then pass 2; load k goes to slot
+// k % S in that slot's phase k / S. Pass 1 issues the claimed shares' tiles in
+// order; its end is a load with no data (a plain arrive: end_load = L) in the
+// slot of load L - S, whose tile stays. So after pass 1 the ring holds loads
+// L - S .. L - 1, the block's last tiles. Pass 2 takes them as items L + 1 - S
+// .. L (item L: the tile of load L - S), then loads L + 1 .. L + R, the other
+// R tiles from the last back to the first, each into the slot just freed.
 template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kThreads, 1)
-    kept_pass_kernel(const T* in, uint8_t* out, int64_t n, ScaleRule rule, float* scale_out, float* workspace,
-                     int leave_own) {
+    kept_pass_kernel(const T* in, uint8_t* out, int64_t n, ScaleRule rule, float* scale_out, float* workspace) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int S = kSlots<T>;
   extern __shared__ __align__(128) uint8_t ring[];
   __shared__ uint64_t full[S];
   __shared__ int64_t slot_tile[S];  // the tile of each slot's latest load
   __shared__ int mine[kMaxBlocks];  // the shares this block claimed, in claim order
-  __shared__ int64_t base_load;     // written by thread 0 before pass 1
   __shared__ int64_t end_load;      // L, written by thread 0 with pass 1's end
   __shared__ int mine_count;
   __shared__ float smem[32];
   __shared__ float grid_amax;
-  auto* reduced = reinterpret_cast<unsigned*>(&workspace[1]);
-  auto* bits = reinterpret_cast<unsigned*>(&workspace[2]);
+  auto* claims = reinterpret_cast<unsigned*>(&workspace[1]);
+  auto* reduced = reinterpret_cast<unsigned*>(&workspace[2]);
   const Shares shares{ceil_div(n, kTileElems), static_cast<int>(gridDim.x)};
   auto tile_elems = [&](int64_t tile) {
     const int64_t rest = n - tile * kTileElems;
@@ -204,29 +160,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Thread 0's pass-1 cursor: the next tile and the end of its share.
   int64_t cursor = 0, share_end = 0;
   int claimed = 0;
-  bool ended = false, holds_share0 = false;
-  auto take = [&](int s) {  // thread 0
-    mine[claimed++] = s;
-    holds_share0 |= s == 0;
-    cursor = shares.first(s);
-    share_end = shares.first(s + 1);
-  };
+  bool ended = false;
   auto issue_first_pass = [&](int64_t k) {  // thread 0: load k, or pass 1's end
     if (ended) return;
     if (cursor == share_end) {
-      const int s = steal_share(bits, shares.shares);
-      if (s < 0) {
+      const unsigned s = atomicAdd(claims, 1u);
+      if (s < static_cast<unsigned>(shares.shares)) {
+        mine[claimed++] = static_cast<int>(s);
+        cursor = shares.first(static_cast<int>(s));
+        share_end = shares.first(static_cast<int>(s) + 1);
+      } else {
         ended = true;
         mine_count = claimed;
         end_load = k;
         barrier_arrive(&full[k % S]);
         return;
       }
-      take(s);
     }
     load_tile(k, cursor++);
   };
-  // The tile of pass-1 tile i (counted from load base; thread 0, pass 2): the claimed shares in order.
+  // The tile of pass-1 load i (thread 0, pass 2): the claimed shares in order.
   auto first_pass_tile = [&](int64_t i) {
     for (int c = 0;; ++c) {
       const int64_t first = shares.first(mine[c]), size = shares.first(mine[c] + 1) - first;
@@ -256,31 +209,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): the input and the workspace come from kernels before
-  if (threadIdx.x == 0) {
-    // The own share's first loads go out before the claim's answer is back, so
-    // the bytes do not wait for an atomic's round trip.
-    const int own = static_cast<int>(blockIdx.x);
-    const int64_t own_first = shares.first(own);
-    const int64_t own_tiles = shares.first(own + 1) - own_first, early = own_tiles < S ? own_tiles : S;
-    for (int64_t k = 0; k < early; ++k) load_tile(k, own_first + k);
-    const bool owned = own < static_cast<int>(gridDim.x) - leave_own && claim_share(bits, own);
-    int64_t base = 0;
-    if (owned) {
-      take(own);
-      cursor += early;
-    } else {  // a thief has it: let the loads land, then number on after them
-      for (int64_t k = 0; k < early; ++k) wait_slot(k);
-      base = early;
-    }
-    for (int64_t k = owned ? early : base; k < base + S; ++k) issue_first_pass(k);
-    base_load = base;
-  }
-  __syncthreads();
-  const int64_t base = base_load;
+  if (threadIdx.x == 0)
+    for (int64_t k = 0; k < S; ++k) issue_first_pass(k);
 
   float amax = 0.0f;
   int64_t last = 0;  // L
-  for (int64_t k = base;; ++k) {
+  for (int64_t k = 0;; ++k) {
     wait_slot(k);
     if (k == *reinterpret_cast<volatile int64_t*>(&end_load)) {  // set before the arrive that ended the wait
       last = k;
@@ -293,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) issue_first_pass(k + S);
   }
   __syncthreads();  // mine_count, mine[] written before pass 1's end
-  if (mine_count == 0) return;  // its share taken, nothing left to steal
+  if (mine_count == 0) return;  // started after the last claim
 
   // Grid barrier: each block adds its amax, then the count of shares it reduced.
   amax = block_max(amax, smem);
@@ -306,13 +240,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   const float s = scale_from_amax(grid_amax, rule);
-  if (threadIdx.x == 0 && holds_share0) *scale_out = s;  // one writer; block 0 may hold no share
+  if (threadIdx.x == 0 && mine[0] == 0) *scale_out = s;  // the block that claimed share 0 (block 0 may have none)
   const Scale scale(s);
 
-  const int64_t read = last - base, kept = read < S ? read : S, again = read - kept;  // n1, R = again
-  const int64_t first_item = read < S ? base : last + 1 - S;  // item L: the tile of load L - S
-  const int64_t last_item = read < S ? last - 1 : last + again;
-  for (int64_t j = first_item; j <= last_item; ++j) {
+  const int64_t kept = last < S ? last : S, again = last - kept;  // R = again
+  for (int64_t j = last < S ? 0 : last + 1 - S; j <= last + again; ++j) {
+    if (j == last && last < S) continue;  // no load L - S: the end took an empty slot
     wait_slot(j);
     const int64_t words = tile_words(j);
     float v[kChunk];
@@ -328,21 +261,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       else
         __stcs(reinterpret_cast<unsigned*>(dst) + w, q.words[i]);
     }
-    if (j + S <= last + again) {  // load j + S: the re-read of pass-1 tile read - kept - 1 - (j + S - L - 1)
+    if (j + S <= last + again) {  // load j + S: the re-read of pass-1 load L - S - 1 - (j + S - L - 1)
       __syncthreads();
-      if (threadIdx.x == 0) load_tile(j + S, first_pass_tile(read - kept - 1 - (j + S - last - 1)));
+      if (threadIdx.x == 0) load_tile(j + S, first_pass_tile(last - kept - 1 - (j + S - last - 1)));
     }
   }
 #else
   __trap();  // never launched below sm_90 (see per_tensor_fits_kept_pass)
 #endif
-}
-
-// FP8EXT_QUANT_KEEP_LEAVE_OWN=N (tests): the grid's last N blocks leave their
-// own share to be stolen, which a fully resident grid never does by itself.
-int blocks_leaving_own_share() {
-  const char* v = std::getenv("FP8EXT_QUANT_KEEP_LEAVE_OWN");
-  return v ? std::clamp(std::atoi(v), 0, kMaxBlocks) : 0;
 }
 
 template <typename T, Fp8Format F>
@@ -366,7 +292,7 @@ cudaError_t launch_kept_pass(const T* in, uint8_t* out, int64_t n, const ScaleRu
   cudaLaunchAttribute attr[1];
   config.attrs = attr;
   config.numAttrs = pdl_attribute(attr[0]);
-  return cudaLaunchKernelEx(&config, kernel, in, out, n, rule, scale_out, workspace, blocks_leaving_own_share());
+  return cudaLaunchKernelEx(&config, kernel, in, out, n, rule, scale_out, workspace);
 }
 
 // FP8EXT_QUANT_KEEP: "1" takes the kept-share kernel at any size (tests, A/B),
@@ -390,7 +316,7 @@ bool per_tensor_fits_kept_pass(const ConstMatrix& x, const Fp8Matrix& q) {
 
 cudaError_t quantize_per_tensor_kept(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
                                      float* scale_out, float* amax_workspace, cudaStream_t stream) {
-  static_assert(kAmaxWorkspaceFloats >= 2 + kClaimWords, "the amax, the shares reduced, the claim bits");
+  static_assert(kAmaxWorkspaceFloats >= 3, "the amax, the shares claimed, the shares reduced");
   const int64_t n = x.rows * x.cols;
   cudaError_t err = cudaSuccess;
   dispatch(x, q.format, [&](auto in, auto fmt) {

@@ -16,8 +16,8 @@ namespace fp8ext::cuda::detail {
 // one process), contiguous, 16-byte aligned, no padded columns in q, sm_90.
 bool per_tensor_fits_kept_pass(const ConstMatrix& x, const Fp8Matrix& q);
 
-// amax_workspace: kAmaxWorkspaceFloats words (the amax, the shares reduced,
-// the claim bits), zeroed by the caller in the same stream.
+// amax_workspace: kAmaxWorkspaceFloats words (the amax, the shares claimed,
+// the shares reduced), zeroed by the caller in the same stream.
 cudaError_t quantize_per_tensor_kept(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
                                      float* scale_out, float* amax_workspace, cudaStream_t stream);
 

@@ -46,13 +46,12 @@ struct Shape {
 const Shape kShapes[] = {{1, 1, 1},      {1, 4100, 16},    {7, 1, 1},       {3, 127, 16},
                          {5, 129, 1},    {130, 257, 512},  {300, 8192, 16}, {2600, 4100, 1}};
 
-enum class Recipe { kPerTensor, kPerTensorKept, kPerTensorKeptStolen, kPerRow, kPerGroup, kPerBlock };
+enum class Recipe { kPerTensor, kPerTensorKept, kPerRow, kPerGroup, kPerBlock };
 
 int64_t scale_count(Recipe r, int64_t rows, int64_t cols) {
   switch (r) {
     case Recipe::kPerTensor:
-    case Recipe::kPerTensorKept:
-    case Recipe::kPerTensorKeptStolen: return 1;
+    case Recipe::kPerTensorKept: return 1;
     case Recipe::kPerRow: return rows;
     case Recipe::kPerGroup: return ceil_div(cols, kGroupSize) * round_up(rows, kGroupScaleRowAlign);
     case Recipe::kPerBlock: return ceil_div(rows, kGroupSize) * ceil_div(cols, kGroupSize);
@@ -87,14 +86,6 @@ void compare(Recipe recipe, Fp8Format f, const Shape& sh, uint32_t seed) {
       CUDA_OK(cuda::quantize_per_tensor(gx, rule, gq, ds.ptr, work.ptr, nullptr));
       unsetenv("FP8EXT_QUANT_KEEP");
       break;
-    case Recipe::kPerTensorKeptStolen:  // the same, with the last 5 blocks' shares left to thieves
-      cpu::quantize_per_tensor(hx, rule, hq, s_cpu.data());
-      setenv("FP8EXT_QUANT_KEEP", "1", 1);
-      setenv("FP8EXT_QUANT_KEEP_LEAVE_OWN", "5", 1);
-      CUDA_OK(cuda::quantize_per_tensor(gx, rule, gq, ds.ptr, work.ptr, nullptr));
-      unsetenv("FP8EXT_QUANT_KEEP");
-      unsetenv("FP8EXT_QUANT_KEEP_LEAVE_OWN");
-      break;
     case Recipe::kPerRow:
       cpu::quantize_per_row(hx, rule, hq, s_cpu.data());
       CUDA_OK(cuda::quantize_per_row(gx, rule, gq, ds.ptr, nullptr));
@@ -123,8 +114,7 @@ FP8EXT_TEST(cuda_recipes_match_cpu) {
   require_gpu();
   const uint32_t seed = std::random_device{}();
   std::printf("seed %u\n", seed);
-  for (Recipe r : {Recipe::kPerTensor, Recipe::kPerTensorKept, Recipe::kPerTensorKeptStolen, Recipe::kPerRow,
-                   Recipe::kPerGroup, Recipe::kPerBlock})
+  for (Recipe r : {Recipe::kPerTensor, Recipe::kPerTensorKept, Recipe::kPerRow, Recipe::kPerGroup, Recipe::kPerBlock})
     for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2})
       for (const Shape& sh : kShapes) compare(r, f, sh, seed + static_cast<uint32_t>(sh.cols));
 }

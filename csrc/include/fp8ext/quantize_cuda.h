@@ -18,9 +18,8 @@ cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const 
 
 // Scratch the per-tensor recipes need in device memory: the grid-wide amax and
 // counters (32-bit words, zeroed by the call itself): delayed scaling's
-// finished blocks, or the one-launch current scaling's reduced shares and its
-// claim bits (one a share, up to 256 shares).
-constexpr int kAmaxWorkspaceFloats = 10;
+// finished blocks, or the one-launch current scaling's claimed and reduced shares.
+constexpr int kAmaxWorkspaceFloats = 4;
 
 // Current scaling. A small tensor (<= kOnePassMaxElements, on sm_90) takes one
 // pass: a cluster of blocks holds it in registers and agrees on the amax
