@@ -8,7 +8,10 @@ are graph-timed with the weight rotated among copies that together exceed L2;
 unaligned shapes report our time (cuBLAS refuses them) and the slowdown against
 the nearest aligned shape.
 
-    python bench/bench_gemm.py --out DIR [--full] [--configs]
+    python bench/bench_gemm.py --out DIR [--full] [--configs] [--ms M ...]
+
+Ours and cuBLAS are timed in alternating bursts on each row, and the ratio is
+the median of the per-round ratios (benchlib.time_interleaved_ms says why).
 
 The default is a quick subset (8B layers and the cube, M in {1, 16, 128, 4096});
 --full runs the whole suite (the figures an issue is judged on).
@@ -25,7 +28,8 @@ import torch
 import fp8ext
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import graph_time_rotating_ms, print_table, time_ms, write_results  # noqa: E402
+from benchlib import (capture_graph, print_table, rotating, round_ratio, sm_clock_mhz,  # noqa: E402
+                      time_interleaved_ms, write_results)
 
 F8 = torch.float8_e4m3fn
 NK = {  # layer: (N, K)
@@ -49,11 +53,18 @@ def scales(m, n, row_wise):
     return torch.tensor(0.05, device="cuda"), torch.tensor(0.02, device="cuda")
 
 
-def timed(fn_for_weight, ws, graph):
-    """Time of one call; graph-timed calls rotate through the weight copies."""
+def timed(fns_for_weight, ws, graph):
+    """Per-call times of each function (ms) and their per-round times, timed in
+    alternating bursts (benchlib.time_interleaved_ms); graph-timed calls rotate
+    through the weight copies."""
     if not graph:
-        return time_ms(lambda: fn_for_weight(ws[0]))
-    return graph_time_rotating_ms(fn_for_weight, ws)
+        return time_interleaved_ms([lambda f=f: f(ws[0]) for f in fns_for_weight])
+    calls = []
+    for f in fns_for_weight:
+        call, n = rotating(f, ws)
+        calls.append(capture_graph(call, n))
+    times, rounds = time_interleaved_ms(calls)
+    return [t / n for t in times], [[t / n for t in r] for r in rounds]
 
 
 def bench_row(m, n, k, row_wise, config="auto", anchor=True, fast=False):
@@ -72,16 +83,18 @@ def bench_row(m, n, k, row_wise, config="auto", anchor=True, fast=False):
         err = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
         if not err < 1e-2:
             raise AssertionError(f"{m}x{n}x{k}: ours differs from cuBLAS by {err:.2e}")
-    t_ours = timed(ours, ws, graph)
-    t_anchor = timed(cublas, ws, graph) if anchor else None
+    (t_ours, *t_anchor), rounds = timed([ours, cublas] if anchor else [ours], ws, graph)
+    t_anchor = t_anchor[0] if anchor else None
     flops = 2.0 * m * n * k
     row = {"op": "scaled_mm", "shape": f"{m}x{n}x{k}", "scales": "row-wise" if row_wise else "per-tensor",
            "accumulation": "fast" if fast else "promoted", "config": config, "ours_ms": round(t_ours, 5), "ours_TFLOPs": round(flops / t_ours / 1e9, 1),
            "ours_weight_TBps": round(n * k / t_ours / 1e9, 3),
-           "timing": "cuda-graph, weights rotated past L2" if graph else "cuda events"}
+           "timing": ("cuda-graph, weights rotated past L2" if graph else "cuda events") + ", interleaved bursts",
+           "sm_clock_mhz": sm_clock_mhz()}
     if t_anchor is not None:
         row.update({"anchor": f"torch._scaled_mm (cuBLASLt, use_fast_accum={fast})", "anchor_ms": round(t_anchor, 5),
-                    "anchor_TFLOPs": round(flops / t_anchor / 1e9, 1), "ratio": round(t_anchor / t_ours, 3)})
+                    "anchor_TFLOPs": round(flops / t_anchor / 1e9, 1), "ratio": round(round_ratio(rounds[1], rounds[0]), 3),
+                    "ratio_rounds": [round(a / o, 3) for a, o in zip(rounds[1], rounds[0])]})
     return row
 
 
@@ -124,9 +137,10 @@ def main():
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--full", action="store_true", help="the whole suite (default: a quick subset)")
     ap.add_argument("--configs", action="store_true", help="also time every tile configuration (dispatch tuning)")
+    ap.add_argument("--ms", type=int, nargs="+", help="only these M (default: the suite's, or the quick subset's)")
     args = ap.parse_args()
     layers = list(NK) if args.full else [k for k in NK if k.startswith("8b") or k == "cube"]
-    ms = M_ALL if args.full else [1, 16, 128, 4096]
+    ms = args.ms or (M_ALL if args.full else [1, 16, 128, 4096])
     rows = []
     for layer in layers:
         n, k = NK[layer]
@@ -157,8 +171,9 @@ def main():
                 summary[f"{kind} {mode}"] = {
                     "geomean_ratio_m_ge_1024": round(math.exp(sum(map(math.log, rs)) / len(rs)), 3),
                     "min_ratio_m_ge_1024": min(rs),
-                    "min_weight_TBps_m_le_64": min(r["ours_weight_TBps"] for r in small
-                                                   if r["scales"] == kind and r["accumulation"] == mode)}
+                    "min_weight_TBps_m_le_64": min((r["ours_weight_TBps"] for r in small
+                                                    if r["scales"] == kind and r["accumulation"] == mode),
+                                                   default=None)}
     accuracy = accuracy_rows()
     rows += accuracy
     rows.append({"op": "summary", **summary})

@@ -24,15 +24,8 @@ HEAD_START_CYCLES = 1_000_000
 WARMUP_MS = 200.0
 
 
-def time_ms(fn, repeats: int = 30, warmup: int = 5) -> float:
-    """Median time of fn() in ms, each call timed with CUDA events, after at
-    least `warmup` calls and WARMUP_MS of back-to-back calls.
-
-    A busy-wait kernel is queued before the start event so that the host has
-    enqueued all of fn's work before the GPU reaches the event: otherwise an
-    idle GPU records the start at once and the time includes the host's
-    dispatch latency (~20 us per op from Python, seen 2026-11-29: ncu gave a
-    100 us kernel that this timer, without the head start, read as 124 us)."""
+def _warm_up(fn, warmup: int) -> None:
+    """`warmup` calls, then WARMUP_MS of back-to-back calls."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -44,6 +37,10 @@ def time_ms(fn, repeats: int = 30, warmup: int = 5) -> float:
     for _ in range(min(20_000, int(WARMUP_MS / max(start.elapsed_time(end), 1e-3)))):
         fn()
     torch.cuda.synchronize()
+
+
+def _event_times_ms(fn, repeats: int) -> list:
+    """`repeats` calls, each timed alone with CUDA events behind a busy-wait head start."""
     times = []
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -53,11 +50,50 @@ def time_ms(fn, repeats: int = 30, warmup: int = 5) -> float:
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return times
 
 
-def graph_time_ms(fn, calls: int = 20, repeats: int = 30) -> float:
-    """Median per-call time of `calls` back-to-back fn() captured in one CUDA graph."""
+def time_ms(fn, repeats: int = 30, warmup: int = 5) -> float:
+    """Median time of fn() in ms, each call timed with CUDA events, after at
+    least `warmup` calls and WARMUP_MS of back-to-back calls.
+
+    A busy-wait kernel is queued before the start event so that the host has
+    enqueued all of fn's work before the GPU reaches the event: otherwise an
+    idle GPU records the start at once and the time includes the host's
+    dispatch latency (~20 us per op from Python, seen 2026-11-29: ncu gave a
+    100 us kernel that this timer, without the head start, read as 124 us)."""
+    _warm_up(fn, warmup)
+    return statistics.median(_event_times_ms(fn, repeats))
+
+
+def time_interleaved_ms(fns, rounds: int = 6, repeats: int = 8, warmup: int = 5):
+    """Times several functions in alternating bursts: each round times `repeats`
+    calls of each, the order reversed every other round. Returns the median time
+    of each (ms) and each one's per-round medians.
+
+    Why: large FP8 GEMMs run the H200 at its power limit, and the clocks a
+    kernel gets drift over seconds; timed one after the other, the same two
+    kernels swapped ratios by up to 10-25% between runs (bench_gemm, sessions
+    11 and 12). In alternating bursts both meet the same drift, and the
+    median of the per-round ratios is the figure to compare."""
+    for fn in fns:
+        _warm_up(fn, warmup)
+    rounds_ms = [[] for _ in fns]
+    for r in range(rounds):
+        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
+            rounds_ms[i].append(statistics.median(_event_times_ms(fns[i], repeats)))
+    return [statistics.median(t) for t in rounds_ms], rounds_ms
+
+
+def round_ratio(anchor_rounds: list, ours_rounds: list) -> float:
+    """Median over rounds of anchor time / our time (> 1: ours faster)."""
+    return statistics.median(a / o for a, o in zip(anchor_rounds, ours_rounds))
+
+
+def capture_graph(fn, calls: int = 20):
+    """A callable replaying `calls` back-to-back fn() captured in one CUDA graph
+    (fn warmed up outside it first, on a side stream as capture requires)."""
     fn()  # warm up (compiles, allocates) outside the graph
     torch.cuda.synchronize()
     stream = torch.cuda.Stream()
@@ -69,14 +105,34 @@ def graph_time_ms(fn, calls: int = 20, repeats: int = 30) -> float:
     with torch.cuda.graph(graph):
         for _ in range(calls):
             fn()
-    return time_ms(graph.replay, repeats=repeats) / calls
+    return graph.replay
+
+
+def graph_time_ms(fn, calls: int = 20, repeats: int = 30) -> float:
+    """Median per-call time of `calls` back-to-back fn() captured in one CUDA graph."""
+    return time_ms(capture_graph(fn, calls), repeats=repeats) / calls
+
+
+def rotating(fn, items):
+    """fn(item) for the next of `items` at each call, and the number of calls a
+    graph needs to go round them at least once (20 at least)."""
+    cycle = itertools.cycle(items)
+    return (lambda: fn(next(cycle))), max(20, len(items))
 
 
 def graph_time_rotating_ms(fn, items) -> float:
     """graph_time_ms of fn(item), each call taking the next of `items` (copies of
     the weights that together exceed L2, so that no call reads them from L2)."""
-    cycle = itertools.cycle(items)
-    return graph_time_ms(lambda: fn(next(cycle)), calls=max(20, len(items)))
+    call, calls = rotating(fn, items)
+    return graph_time_ms(call, calls=calls)
+
+
+def sm_clock_mhz():
+    """The SM clock now (NVML through torch), or None where it cannot be read."""
+    try:
+        return torch.cuda.clock_rate()
+    except Exception:  # no NVML binding, or no permission: the figure is optional
+        return None
 
 
 def run_info() -> dict:
