@@ -3,9 +3,10 @@
 // step, so rows up to kMaxThreads * 16 * 2 = 16384 elements are read from
 // memory once; longer rows read their tail twice (the second read mostly hits
 // L2). 512 threads, not 256, so that Llama-3.1-8B's down projection (K =
-// 14336) is read once: with 256, a decode-sized 16 x 14336 took 3.64 us against
-// 1.93 for 16 x 4096 (H200, bench_linear's breakdown, session 18), the
-// re-read tail being a second dependent round trip.
+// 14336) is read once: with 256 the re-read tail was a second dependent round
+// trip. H200, graph-timed, bf16 in (bench/NOTES.md, session 18; two processes):
+// 16 x 14336 3.64 -> 2.73 us (16 x 4096: 1.93), 4096 x 14336 57.9 -> 54.6,
+// 1024 x 14336 14.6 -> 15.2.
 #include <algorithm>
 
 #include "fp8ext/quantize_cuda.h"
