@@ -22,7 +22,7 @@ constexpr int kMaxThreads = 512;  // the bound keeps 128 registers: fp32 input n
 
 template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kMaxThreads) quantize_per_row_kernel(Input<T> in, Output out, ScaleRule rule,
-                                                               float* row_scales) {
+                                                                       float* row_scales) {
   __shared__ float smem[32];
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
   const int64_t r = blockIdx.x;
