@@ -5,7 +5,8 @@ per-tensor kernel, on the same operands in one run. Each row reports ours vs
 cuBLAS block-wise (the target) and block-wise / per-tensor time (what the finer
 scales cost). Rows with M <= 256 are graph-timed with the weight rotated among
 copies that exceed L2. Unaligned shapes report our time and the slowdown
-against the nearest aligned one (cuBLAS refuses them, and M = 1).
+against the nearest aligned one (cuBLAS refuses them, and M = 1). The three
+kernels of a row are timed in alternating bursts, as in bench_gemm.py.
 
     python bench/bench_gemm_blockwise.py --out DIR [--full]
 """
@@ -22,7 +23,7 @@ import fp8ext
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gemm import L2_BYTES, NK, UNALIGNED, timed  # noqa: E402
-from benchlib import print_table, write_results  # noqa: E402
+from benchlib import print_table, round_ratio, write_results  # noqa: E402
 
 F8 = torch.float8_e4m3fn
 BLOCK = 128
@@ -80,26 +81,29 @@ def bench_row(m, n, k, anchor=True):
     if not err < 1e-2:
         raise AssertionError(f"{m}x{n}x{k}: ours differs from the reference by {err:.2e}")
     flops = 2.0 * m * n * k
-    t_ours = timed(ours, ws, graph)
-    t_tensor = timed(per_tensor, ws, graph)
-    row = {"op": "scaled_mm_blockwise", "shape": f"{m}x{n}x{k}", "ours_ms": round(t_ours, 5),
-           "ours_TFLOPs": round(flops / t_ours / 1e9, 1), "ours_weight_TBps": round(n * k / t_ours / 1e9, 3),
-           "ours_max_rel_error": round(err, 6), "per_tensor_ms": round(t_tensor, 5),
-           "block_vs_per_tensor_time": round(t_ours / t_tensor, 3),
-           "timing": "cuda-graph, weights rotated past L2" if graph else "cuda events"}
-    if anchor:
-        cublas, layout = cublas_blockwise(a, ws[0], sa, sb)
-        if cublas is None:  # cuBLAS refuses M = 1 (CUBLAS_STATUS_NOT_SUPPORTED)
-            row["anchor"] = f"torch._scaled_mm block-wise: fails ({layout})"
-            return row
-        row["anchor_scale_layout"] = layout
+    fns = [ours, per_tensor]
+    cublas, layout = cublas_blockwise(a, ws[0], sa, sb) if anchor else (None, None)
+    if cublas is not None:
         ref = cublas(ws[0]).float()
         diff = ((got - ref).norm() / ref.norm()).item()
         if not diff < 1e-2:
             raise AssertionError(f"{m}x{n}x{k}: ours differs from cuBLAS block-wise by {diff:.2e}")
-        t_anchor = timed(cublas, ws, graph)
-        row.update({"anchor": "torch._scaled_mm block-wise (cuBLASLt)", "anchor_ms": round(t_anchor, 5),
-                    "anchor_TFLOPs": round(flops / t_anchor / 1e9, 1), "ratio": round(t_anchor / t_ours, 3)})
+        fns.append(cublas)
+    (t_ours, t_tensor, *t_anchor), rounds = timed(fns, ws, graph)  # alternating bursts (bench_gemm.timed)
+    row = {"op": "scaled_mm_blockwise", "shape": f"{m}x{n}x{k}", "ours_ms": round(t_ours, 5),
+           "ours_TFLOPs": round(flops / t_ours / 1e9, 1), "ours_weight_TBps": round(n * k / t_ours / 1e9, 3),
+           "ours_max_rel_error": round(err, 6), "per_tensor_ms": round(t_tensor, 5),
+           "block_vs_per_tensor_time": round(round_ratio(rounds[0], rounds[1]), 3),
+           "timing": ("cuda-graph, weights rotated past L2" if graph else "cuda events") + ", interleaved bursts"}
+    if anchor:
+        if cublas is None:  # cuBLAS refuses M = 1 (CUBLAS_STATUS_NOT_SUPPORTED)
+            row["anchor"] = f"torch._scaled_mm block-wise: fails ({layout})"
+            return row
+        row["anchor_scale_layout"] = layout
+        row.update({"anchor": "torch._scaled_mm block-wise (cuBLASLt)", "anchor_ms": round(t_anchor[0], 5),
+                    "anchor_TFLOPs": round(flops / t_anchor[0] / 1e9, 1),
+                    "ratio": round(round_ratio(rounds[2], rounds[0]), 3),
+                    "ratio_rounds": [round(c / o, 3) for c, o in zip(rounds[2], rounds[0])]})
     return row
 
 
