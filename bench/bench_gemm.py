@@ -28,7 +28,7 @@ import torch
 import fp8ext
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import (capture_graph, print_table, rotating, round_ratio, sm_clock_mhz,  # noqa: E402
+from benchlib import (capture_graph, print_table, ratio_fields, rotating, sm_clock_mhz,  # noqa: E402
                       time_interleaved_ms, write_results)
 
 F8 = torch.float8_e4m3fn
@@ -93,8 +93,7 @@ def bench_row(m, n, k, row_wise, config="auto", anchor=True, fast=False):
            "sm_clock_mhz": sm_clock_mhz()}
     if t_anchor is not None:
         row.update({"anchor": f"torch._scaled_mm (cuBLASLt, use_fast_accum={fast})", "anchor_ms": round(t_anchor, 5),
-                    "anchor_TFLOPs": round(flops / t_anchor / 1e9, 1), "ratio": round(round_ratio(rounds[1], rounds[0]), 3),
-                    "ratio_rounds": [round(a / o, 3) for a, o in zip(rounds[1], rounds[0])]})
+                    "anchor_TFLOPs": round(flops / t_anchor / 1e9, 1), **ratio_fields(rounds[1], rounds[0])})
     return row
 
 

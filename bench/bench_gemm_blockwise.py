@@ -23,7 +23,7 @@ import fp8ext
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gemm import L2_BYTES, NK, UNALIGNED, timed  # noqa: E402
-from benchlib import print_table, round_ratio, write_results  # noqa: E402
+from benchlib import print_table, ratio_fields, round_ratio, write_results  # noqa: E402
 
 F8 = torch.float8_e4m3fn
 BLOCK = 128
@@ -101,9 +101,7 @@ def bench_row(m, n, k, anchor=True):
             return row
         row["anchor_scale_layout"] = layout
         row.update({"anchor": "torch._scaled_mm block-wise (cuBLASLt)", "anchor_ms": round(t_anchor[0], 5),
-                    "anchor_TFLOPs": round(flops / t_anchor[0] / 1e9, 1),
-                    "ratio": round(round_ratio(rounds[2], rounds[0]), 3),
-                    "ratio_rounds": [round(c / o, 3) for c, o in zip(rounds[2], rounds[0])]})
+                    "anchor_TFLOPs": round(flops / t_anchor[0] / 1e9, 1), **ratio_fields(rounds[2], rounds[0])})
     return row
 
 

@@ -91,6 +91,12 @@ def round_ratio(anchor_rounds: list, ours_rounds: list) -> float:
     return statistics.median(a / o for a, o in zip(anchor_rounds, ours_rounds))
 
 
+def ratio_fields(anchor_rounds: list, ours_rounds: list) -> dict:
+    """A row's "ratio" (round_ratio) and "ratio_rounds" (each round's), rounded for the record."""
+    return {"ratio": round(round_ratio(anchor_rounds, ours_rounds), 3),
+            "ratio_rounds": [round(a / o, 3) for a, o in zip(anchor_rounds, ours_rounds)]}
+
+
 def capture_graph(fn, calls: int = 20):
     """A callable replaying `calls` back-to-back fn() captured in one CUDA graph
     (fn warmed up outside it first, on a side stream as capture requires)."""
