@@ -6,6 +6,7 @@ import torch
 
 import fp8ext
 from fp8ext import _native
+from cuda_graphs import capture
 from gemm_cases import F8, TOLERANCE, operands, reference, rel_error
 
 pytestmark = pytest.mark.gpu
@@ -195,3 +196,68 @@ def test_config_not_instantiated_for_dtype_raises():
     one = torch.ones((), device="cuda")
     with pytest.raises(ValueError, match="not instantiated"):
         fp8ext.scaled_mm(a, b, one, one, out_dtype=torch.float32, config="medium")
+
+
+# ---- split-K (config "split_k"): slices of K in one launch, then a sum ---------------
+
+@pytest.mark.parametrize("splits", ["2", "3", "4", "8"])
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (16, 1000, 4100), (17, 776, 1536), (64, 264, 2048),
+                                   (33, 4095, 512), (7, 8, 16), (65, 1032, 1024), (128, 4096, 4096),
+                                   (100, 1000, 4100), (300, 264, 2048)])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_split_k_every_split_count(monkeypatch, splits, m, n, k, out_dtype, seed):
+    """Each forced split count (FP8EXT_GEMM_SPLITS) gives the reference's result, bias
+    included once, with swap-AB tiles (M <= 64) and 128x128 cluster tiles (above; M = 300:
+    three tile rows): K that the count does not divide into multiples of 16 takes fewer
+    slices (4100 pads to 4112 = 16 x 257: one slice), unaligned N pads as elsewhere."""
+    monkeypatch.setenv("FP8EXT_GEMM_SPLITS", splits)
+    check(m, n, k, out_dtype, config="split_k", seed=seed)
+    check(m, n, k, out_dtype, per_row_a=False, per_row_b=False, bias=False, config="split_k", seed=seed + 1)
+
+
+def test_split_k_slices_change_the_summation(monkeypatch, seed):
+    """The split kernel really ran: its fp32 sums of two slices differ from one pass over
+    K in the last bits (fp32 output shows them), and the same split count gives the same
+    bits every time (the slices are added in order)."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = operands(16, 2048, 4096, "cuda", bias_dtype=torch.float32, generator=g)
+    whole = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, bias=bias, config="swap_medium")
+    monkeypatch.setenv("FP8EXT_GEMM_SPLITS", "4")
+    split = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, bias=bias, config="split_k")
+    assert not torch.equal(split, whole)
+    assert rel_error(split, reference(a, b, sa, sb, bias)) < TOLERANCE[torch.float32]
+    for _ in range(3):
+        assert torch.equal(fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, bias=bias,
+                                            config="split_k"), split)
+
+
+@pytest.mark.parametrize("setting,m,split", [(None, 16, False), ("auto", 16, True), ("auto", 64, True),
+                                             ("auto", 65, True), ("auto", 128, True), ("auto", 129, False),
+                                             ("1", 16, False), ("2", 64, True)])
+def test_auto_split_k_setting(monkeypatch, setting, m, split, seed):
+    """kAuto takes the split kernel only where FP8EXT_GEMM_SPLITS asks (a count, or "auto"
+    for the rule) and M <= 128 (N = 4096: 64 tiles of 64 rows or 32 of 128, a half or a
+    quarter of the SMs): equal bits with the explicit configuration show which one ran."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = operands(m, 4096, 4096, "cuda", bias_dtype=torch.bfloat16, generator=g)
+    monkeypatch.delenv("FP8EXT_GEMM_SPLITS", raising=False)
+    if setting is not None:
+        monkeypatch.setenv("FP8EXT_GEMM_SPLITS", setting)
+    auto = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.float32)
+    want = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.float32, config="split_k")
+    assert torch.equal(auto, want) == split
+    assert rel_error(auto, reference(a, b, sa, sb, bias)) < TOLERANCE[torch.float32]
+
+
+def test_split_k_in_a_cuda_graph(monkeypatch, seed):
+    """The partials live in a workspace taken from the caching allocator at capture;
+    replays re-read the scales and give the eager bits."""
+    monkeypatch.setenv("FP8EXT_GEMM_SPLITS", "2")
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = operands(16, 4096, 4096, "cuda", bias_dtype=torch.bfloat16, generator=g)
+    run = lambda: fp8ext.scaled_mm(a, b, sa, sb, bias=bias, config="split_k")  # noqa: E731
+    graph, out = capture(run)
+    sa.mul_(2.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, run())

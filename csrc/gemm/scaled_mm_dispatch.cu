@@ -48,6 +48,7 @@
 //
 // fp32 output has kLarge, kSwapMedium and kGemv only; E5M2 operands (fp32 output) kLarge only.
 // kWideFastAccum, kLargeN192 and kLargeClusterN are instantiated for bf16 only.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -57,6 +58,7 @@
 #include "fp8ext/scaled_mm.h"
 #include "scaled_gemv.h"
 #include "scaled_mm_kernels.h"
+#include "split_k_reduce.h"
 
 namespace fp8ext::cuda {
 namespace {
@@ -73,10 +75,70 @@ bool gemv_enabled() {
 // SMs of the current device (132 on an H200).
 int64_t sm_count() { return current_device_info().sm_count; }
 
+int64_t tiles(const ScaledMmProblem& p, int64_t tile_m, int64_t tile_n) {
+  return ((p.m + tile_m - 1) / tile_m) * ((p.n + tile_n - 1) / tile_n);
+}
+
+// Split-K (kSplitK). A decode-sized GEMM streams its weight, and a CTA
+// streams at most ~55-80 GB/s (H200, sessions 11 and 12: 64 CTAs of
+// 16x4096x14336 or 64x4096x14336 take 20-27 us whatever M), so a weight of a
+// few tiles (N = 4096: 64 tiles of 64 rows for 132 SMs) leaves half the GPU
+// idle. Slicing K gives every SM a share; at M = 128 it also lets one 128-row
+// tile of A serve 128 rows of the weight instead of 64. The slices' fp32
+// partials (splits x M x N x 4 bytes, in L2) are summed by a second kernel.
+constexpr int kMaxSplits = 8;
+
+// Which fp32 kernel runs the slices (its batch mode, gemm::SplitKPartials):
+// swap-AB 64x64 tiles up to M = 64, 128x128 tiles in 1x2 clusters above.
+bool split_k_swapped(const ScaledMmProblem& p) { return p.m <= 64; }
+
+// CTAs one slice of K takes.
+int64_t split_k_tiles(const ScaledMmProblem& p) {
+  if (split_k_swapped(p)) return tiles(p, 64, 64);
+  return ceil_div(p.m, 128) * round_up(ceil_div(p.n, 128), 2);  // the cluster pairs tiles along N
+}
+
+// The split count the rule picks: enough slices of K for the tiles to fill the
+// SMs once, each slice at least 1024 of K, at most 4.
+int split_k_rule(const ScaledMmProblem& p) {
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({sm_count() / split_k_tiles(p), p.k / 1024, 4})));
+}
+
+// FP8EXT_GEMM_SPLITS (read at each call, for tuning in one process): a count
+// forces it where kSplitK runs, "auto" applies the rule, unset or 0: kAuto
+// never splits and an explicit kSplitK follows the rule.
+int split_k_setting() {
+  const char* v = std::getenv("FP8EXT_GEMM_SPLITS");
+  if (!v || !*v) return 0;
+  if (std::strcmp(v, "auto") == 0) return -1;
+  return std::max(0, std::atoi(v));
+}
+
+// Slices kSplitK cuts K into (1: the problem runs whole, as kAuto would
+// without splitting): each slice a multiple of 16 (the TMA's unit).
+int split_k_count(const ScaledMmProblem& p) {
+  const int setting = split_k_setting();
+  int s = setting > 0 ? std::min(setting, kMaxSplits) : split_k_rule(p);
+  while (s > 1 && p.k % (16 * s) != 0) --s;
+  return s;
+}
+
+size_t split_k_partial_bytes(const ScaledMmProblem& p, int splits) {
+  return static_cast<size_t>(round_up(int64_t{splits} * p.m * p.n * 4, 256));
+}
+
+// Calls fn(gemm::SplitKPartials<...>{}) for the problem's tile family.
+template <typename Fn>
+auto with_split_kernel(const ScaledMmProblem& p, Fn&& fn) {
+  constexpr auto E4 = Fp8Format::kE4M3;
+  if (split_k_swapped(p)) return fn(gemm::SplitKPartials<E4, E4, GemmConfig::kSwapMedium>{});
+  return fn(gemm::SplitKPartials<E4, E4, GemmConfig::kLargeClusterN>{});
+}
+
 // The configurations instantiated for each type combination (see the header).
 bool has_config(const ScaledMmProblem& p, GemmConfig c) {
   const bool e4m3 = p.a_format == Fp8Format::kE4M3 && p.b_format == Fp8Format::kE4M3;
-  if (c == GemmConfig::kGemv) return e4m3;
+  if (c == GemmConfig::kGemv || c == GemmConfig::kSplitK) return e4m3;
   if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN)
     return e4m3 && p.d_dtype == DType::kBFloat16;
   if (e4m3 && p.d_dtype != DType::kFloat32) return c != GemmConfig::kAuto;
@@ -128,10 +190,6 @@ double wave_efficiency(int64_t tiles) {
   return static_cast<double>(tiles) / static_cast<double>(((tiles + sms - 1) / sms) * sms);
 }
 
-int64_t tiles(const ScaledMmProblem& p, int64_t tile_m, int64_t tile_n) {
-  return ((p.m + tile_m - 1) / tile_m) * ((p.n + tile_n - 1) / tile_n);
-}
-
 // M > 128. Promoted: 128x192 tiles for M >= 4096 and N >= 6144 (3-9% faster
 // than 128x128 there, slower at N = 4096 and M = 1024), else 128x128. With fast
 // accumulation allowed, 128x256 tiles (~10% faster per tile) unless they leave
@@ -152,6 +210,33 @@ GemmConfig one_tile_row_config(const ScaledMmProblem& p) {
   return GemmConfig::kMedium;
 }
 
+// kAuto's choice among the kernels that take K whole.
+GemmConfig whole_k_config(const ScaledMmProblem& p) {
+  GemmConfig c = large_m_config(p);
+  if (p.m == 1 && gemv_enabled() && has_config(p, GemmConfig::kGemv)) return GemmConfig::kGemv;
+  if (p.m <= 16) c = GemmConfig::kSwapSmall;
+  else if (p.m <= 64) c = GemmConfig::kSwapMedium;
+  else if (p.m <= 128) c = one_tile_row_config(p);
+  if (!has_config(p, c)) c = p.m <= 64 && has_config(p, GemmConfig::kSwapMedium) ? GemmConfig::kSwapMedium
+                                                                                 : GemmConfig::kLarge;
+  return c;
+}
+
+// The partial products of the K slices into the workspace's front, then their sum into D.
+cudaError_t run_split_k(const ScaledMmProblem& p, int splits, void* workspace, size_t workspace_bytes,
+                        cudaStream_t stream) {
+  const size_t partial_bytes = split_k_partial_bytes(p, splits);
+  auto* partials = static_cast<float*>(workspace);
+  const cudaError_t err = with_split_kernel(p, [&](auto kernel) {
+    using Partials = decltype(kernel);
+    if (workspace == nullptr || workspace_bytes < partial_bytes + Partials::workspace_bytes(p, splits))
+      return cudaErrorInvalidValue;
+    return Partials::run(p, splits, partials, static_cast<uint8_t*>(workspace) + partial_bytes, stream);
+  });
+  if (err != cudaSuccess) return err;
+  return gemm::reduce_split_k(partials, splits, p.m, p.n, p.bias, p.d, p.d_dtype, p.ldd, stream);
+}
+
 }  // namespace
 
 const char* gemm_config_name(GemmConfig config) {
@@ -165,6 +250,7 @@ const char* gemm_config_name(GemmConfig config) {
     case GemmConfig::kLargeN192: return "large_128x192_coop";
     case GemmConfig::kLargeClusterN: return "large_128x128_coop_cluster_1x2";
     case GemmConfig::kGemv: return "gemv_cuda_cores";
+    case GemmConfig::kSplitK: return "split_k";
   }
   return "unknown";
 }
@@ -187,18 +273,21 @@ bool scaled_mm_has_config(const ScaledMmProblem& p, GemmConfig config) {
 }
 
 GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p) {
-  GemmConfig c = large_m_config(p);
-  if (p.m == 1 && gemv_enabled() && has_config(p, GemmConfig::kGemv)) return GemmConfig::kGemv;
-  if (p.m <= 16) c = GemmConfig::kSwapSmall;
-  else if (p.m <= 64) c = GemmConfig::kSwapMedium;
-  else if (p.m <= 128) c = one_tile_row_config(p);
-  if (!has_config(p, c)) c = p.m <= 64 && has_config(p, GemmConfig::kSwapMedium) ? GemmConfig::kSwapMedium
-                                                                                 : GemmConfig::kLarge;
-  return c;
+  if (p.m <= 128 && split_k_setting() != 0 && has_config(p, GemmConfig::kSplitK) && split_k_count(p) > 1 &&
+      !(p.m == 1 && gemv_enabled()))
+    return GemmConfig::kSplitK;
+  return whole_k_config(p);
 }
 
 size_t scaled_mm_workspace_bytes(const ScaledMmProblem& p, GemmConfig config) {
   if (config == GemmConfig::kAuto) config = scaled_mm_auto_config(p);
+  if (config == GemmConfig::kSplitK && has_config(p, config)) {
+    const int splits = split_k_count(p);
+    if (splits > 1)
+      return split_k_partial_bytes(p, splits) +
+             with_split_kernel(p, [&](auto k) { return decltype(k)::workspace_bytes(p, splits); });
+    config = whole_k_config(p);
+  }
   size_t bytes = 0;
   with_kernel(p, config, [&](auto kernel) { bytes = decltype(kernel)::workspace_bytes(p); });
   return bytes;
@@ -208,6 +297,11 @@ cudaError_t scaled_mm(const ScaledMmProblem& p, GemmConfig config, void* workspa
                       cudaStream_t stream) {
   if (scaled_mm_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
   if (config == GemmConfig::kAuto) config = scaled_mm_auto_config(p);
+  if (config == GemmConfig::kSplitK && has_config(p, config)) {
+    const int splits = split_k_count(p);
+    if (splits > 1) return run_split_k(p, splits, workspace, workspace_bytes, stream);
+    config = whole_k_config(p);
+  }
   if (config == GemmConfig::kGemv) return has_config(p, config) ? scaled_gemv(p, stream) : cudaErrorInvalidValue;
   cudaError_t err = cudaErrorInvalidValue;
   const bool found = with_kernel(p, config, [&](auto kernel) {

@@ -138,29 +138,37 @@ struct Sm90ScaledMm {
                                                           CollectiveEpilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
-  static typename Gemm::Arguments arguments(const ScaledMmProblem& p) {
+  // With splits > 1 (split-K, fp32 D only) the kernel runs its batch mode:
+  // batch s multiplies the s-th slice of K (A and B advance K / splits
+  // elements per batch) and writes its scaled partial product, without the
+  // bias, to partials[s] ([M, N] row-major, splits of them back to back).
+  static typename Gemm::Arguments arguments(const ScaledMmProblem& p, int splits = 1, float* partials = nullptr) {
     using StrideA = typename GemmKernel::StrideA;
     using StrideB = typename GemmKernel::StrideB;
     using StrideD = typename GemmKernel::StrideD;
+    const bool split = splits > 1;
     const int m = static_cast<int>(kSwap ? p.n : p.m);
     const int n = static_cast<int>(kSwap ? p.m : p.n);
-    const int k = static_cast<int>(p.k);
+    const int k = static_cast<int>(p.k / splits);
+    const int64_t ldd = split ? p.n : p.ldd;
+    const int64_t k_step = split ? k : 0, d_step = split ? p.m * p.n : 0;
     const auto* a = static_cast<const KernelA*>(kSwap ? p.b : p.a);
     const auto* b = static_cast<const KernelB*>(kSwap ? p.a : p.b);
-    StrideA stride_a{kSwap ? p.ldb : p.lda, Int<1>{}, int64_t{0}};
-    StrideB stride_b{kSwap ? p.lda : p.ldb, Int<1>{}, int64_t{0}};
+    StrideA stride_a{kSwap ? p.ldb : p.lda, Int<1>{}, k_step};
+    StrideB stride_b{kSwap ? p.lda : p.ldb, Int<1>{}, k_step};
     // D row-major [M, N] is the swapped kernel's D^T column-major [N, M].
     StrideD stride_d{};
     if constexpr (kSwap) {
-      stride_d = StrideD{Int<1>{}, p.ldd, int64_t{0}};
+      stride_d = StrideD{Int<1>{}, ldd, d_step};
     } else {
-      stride_d = StrideD{p.ldd, Int<1>{}, int64_t{0}};
+      stride_d = StrideD{ldd, Int<1>{}, d_step};
     }
     const float* row_scale = kSwap ? p.scale_b : p.scale_a;
     const bool row_vector = kSwap ? p.scale_b_per_row : p.scale_a_per_row;
     const float* col_scale = kSwap ? p.scale_a : p.scale_b;
     const bool col_vector = kSwap ? p.scale_a_per_row : p.scale_b_per_row;
-    const auto* bias = static_cast<const ElementD*>(p.bias);
+    const auto* bias = split ? nullptr : static_cast<const ElementD*>(p.bias);  // added once, after the sum
+    auto* d = split ? reinterpret_cast<ElementD*>(partials) : static_cast<ElementD*>(p.d);
 
     typename RowScale::Arguments row_args{row_scale, 1.0f, {row_vector, _0{}, int64_t{0}}};
     typename ColScale::Arguments col_args{col_scale, 1.0f, {_0{}, col_vector, int64_t{0}}};
@@ -176,10 +184,11 @@ struct Sm90ScaledMm {
     cutlass::KernelHardwareInfo hw;
     hw.device_id = current_device_info().device;
     hw.sm_count = current_device_info().sm_count;
-    typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                                  {m, n, k, 1},
+    typename Gemm::Arguments args{split ? cutlass::gemm::GemmUniversalMode::kBatched
+                                        : cutlass::gemm::GemmUniversalMode::kGemm,
+                                  {m, n, k, splits},
                                   mainloop,
-                                  {fusion, nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d},
+                                  {fusion, nullptr, stride_d, d, stride_d},
                                   hw};
     using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
     // Tiles in swizzled groups of 4 keep a long-K problem's panels in L2: on
@@ -194,6 +203,20 @@ template <Fp8Format A, Fp8Format B, DType D, GemmConfig C>
 using Impl = Sm90ScaledMm<Fp8Element<A>, Fp8Element<B>, OutElement<D>, ConfigOf<C>>;
 
 }  // namespace detail
+
+template <Fp8Format A, Fp8Format B, GemmConfig C>
+size_t SplitKPartials<A, B, C>::workspace_bytes(const ScaledMmProblem& p, int splits) {
+  using Impl = detail::Impl<A, B, DType::kFloat32, C>;
+  return Impl::Gemm::get_workspace_size(Impl::arguments(p, splits, nullptr));
+}
+
+template <Fp8Format A, Fp8Format B, GemmConfig C>
+cudaError_t SplitKPartials<A, B, C>::run(const ScaledMmProblem& p, int splits, float* partials, void* workspace,
+                                         cudaStream_t stream) {
+  using Impl = detail::Impl<A, B, DType::kFloat32, C>;
+  if (splits < 2 || p.k % (16 * splits) != 0) return cudaErrorInvalidValue;  // each slice a whole TMA extent
+  return detail::run_gemm<typename Impl::Gemm>(Impl::arguments(p, splits, partials), workspace, stream);
+}
 
 template <Fp8Format A, Fp8Format B, DType D, GemmConfig C>
 size_t Kernel<A, B, D, C>::workspace_bytes(const ScaledMmProblem& p) {

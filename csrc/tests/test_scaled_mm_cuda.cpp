@@ -130,6 +130,31 @@ FP8EXT_TEST(fp32_output_and_e5m2_operands) {
     }
 }
 
+FP8EXT_TEST(split_k_every_split_count_and_dtype) {
+  // kSplitK with the split count forced (FP8EXT_GEMM_SPLITS): swap-AB tiles up
+  // to M = 64, 128x128 cluster tiles above (M = 300: three tile rows); K slices
+  // of 1024 / 3 x 512 / ... down to K = 16 (one slice: the whole-K kernel runs).
+  test::require_gpu();
+  uint32_t seed = std::random_device{}();
+  const GemmCase kSplitCases[] = {{1, 264, 1024}, {16, 136, 1536}, {17, 520, 2048}, {64, 200, 512},
+                                  {65, 264, 1024}, {128, 520, 2048}, {300, 136, 512}, {5, 8, 16}};
+  const DType kDtypes[] = {DType::kBFloat16, DType::kFloat16, DType::kFloat32};
+  for (const char* splits : {"2", "3", "4", "8"}) {
+    setenv("FP8EXT_GEMM_SPLITS", splits, 1);
+    for (const GemmCase& c : kSplitCases)
+      for (DType d : kDtypes) {
+        if (quick() && d != DType::kBFloat16) continue;
+        const Operands o = make_operands(c.m, c.n, c.k, Fp8Format::kE4M3, Fp8Format::kE4M3, true, d != DType::kFloat16,
+                                         ++seed);
+        const double e = run_and_compare(o, Fp8Format::kE4M3, Fp8Format::kE4M3, d, true, GemmConfig::kSplitK);
+        EXPECT_EQ_CTX(e < test::gemm_tolerance(d), true,
+                      "splits=" + std::string(splits) + " M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) +
+                          " K=" + std::to_string(c.k) + " err=" + std::to_string(e));
+      }
+  }
+  unsetenv("FP8EXT_GEMM_SPLITS");
+}
+
 FP8EXT_TEST(refuses_what_the_kernels_cannot_run) {
   // Checked before any launch, so this runs without a GPU too.
   alignas(16) static uint8_t buf[4096];
@@ -176,6 +201,7 @@ FP8EXT_TEST(auto_config_buckets) {
     return cuda::scaled_mm_auto_config(p);
   };
   unsetenv("FP8EXT_GEMV");  // the default, whatever the caller's environment
+  unsetenv("FP8EXT_GEMM_SPLITS");
   EXPECT_EQ(int(config_for(1)), int(GemmConfig::kGemv));  // the CUDA-core GEMV at M = 1
   EXPECT_EQ(int(config_for(2)), int(GemmConfig::kSwapSmall));
   setenv("FP8EXT_GEMV", "0", 1);  // ... turned off
@@ -212,4 +238,33 @@ FP8EXT_TEST(auto_config_buckets) {
   EXPECT_TRUE(!cuda::scaled_mm_has_config(p, GemmConfig::kSwapSmall));
   EXPECT_TRUE(cuda::scaled_mm_has_config(p, GemmConfig::kAuto));
   EXPECT_TRUE(!cuda::scaled_mm_has_config(p, GemmConfig::kLargeN192));  // candidates: E4M3 -> bf16 only
+}
+
+FP8EXT_TEST(auto_split_k_setting) {
+  // Host-side logic: kAuto splits K only where FP8EXT_GEMM_SPLITS asks, at M <= 64.
+  alignas(16) static uint8_t buf[16];
+  static float one = 1.0f;
+  cuda::ScaledMmProblem p{buf, Fp8Format::kE4M3, 4096, buf, Fp8Format::kE4M3, 4096, 16, 4096, 4096,
+                          &one, false, &one, false, nullptr, buf, DType::kBFloat16, 4096};
+  unsetenv("FP8EXT_GEMV");
+  unsetenv("FP8EXT_GEMM_SPLITS");
+  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSwapSmall));
+  setenv("FP8EXT_GEMM_SPLITS", "auto", 1);  // the rule: N = 4096 is 64 tiles of 64 rows
+  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSplitK));
+  EXPECT_TRUE(cuda::scaled_mm_workspace_bytes(p, GemmConfig::kAuto) >= size_t{2} * 16 * 4096 * 4);
+  p.n = 8192;  // 128 tiles already fill the SMs
+  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSwapSmall));
+  p.n = 4096;
+  p.m = 65;  // 128x128 tiles in pairs: 32 of them per slice
+  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSplitK));
+  p.m = 129;  // past the sizes kAuto splits
+  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kLarge));
+  p.m = 1;  // the GEMV comes first
+  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kGemv));
+  p.m = 16;
+  setenv("FP8EXT_GEMM_SPLITS", "1", 1);  // one slice: no split
+  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSwapSmall));
+  setenv("FP8EXT_GEMM_SPLITS", "3", 1);  // 4096 is no multiple of 48: two slices
+  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSplitK));
+  unsetenv("FP8EXT_GEMM_SPLITS");
 }

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from bench_linear import COPIES, LAYER, Stack, variants  # noqa: E402
-from benchlib import apply_env, env_setting, graph_time_rotating_ms, write_record  # noqa: E402
+from benchlib import apply_env, env_setting, graph_time_rotating_ms, same_output, write_record  # noqa: E402
 
 import fp8ext  # noqa: E402
 
@@ -35,6 +35,8 @@ def main():
     ap.add_argument("--m", type=int, nargs="+", default=[16, 128])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--torchao", action="store_true")
+    ap.add_argument("--close", action="store_true",
+                    help="settings may change a sum's order (split-K): outputs agree within 1e-2, not bit for bit")
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -61,7 +63,7 @@ def main():
                     for m, xs in inputs.items():
                         if rnd == 0:
                             got = torch.cat([y.flatten() for y in ss[0](xs)])
-                            assert torch.equal(got, ref.setdefault((name, m), got)), (name, m, st)
+                            assert same_output(got, ref.setdefault((name, m), got), not args.close), (name, m, st)
                         times.setdefault((st, name, m), []).append(graph_time_rotating_ms(lambda s: s(xs), ss) * 1e3)
             apply_env({}, named)
             for name, ss in anchors.items():

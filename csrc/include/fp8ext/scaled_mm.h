@@ -61,7 +61,10 @@ enum class GemmConfig : int {
   kGemv = 8,  // no tensor cores: a warp streams 2 rows of B against up to 4 rows of A (decode;
               // larger M in groups of 4). kAuto takes it at M = 1 (FP8EXT_GEMV=0: never;
               // scaled_mm_dispatch.cu has the measurements)
-  kLastConfig = kGemv,
+  kSplitK = 9,  // slices of K at once (fp32 partials in the workspace), then a kernel sums them:
+                // kSwapMedium's tiles for M <= 64, 128x128 tiles in 1x2 clusters above (problems
+                // with too few tiles of N to fill the GPU; see scaled_mm_dispatch.cu)
+  kLastConfig = kSplitK,
 };
 
 const char* gemm_config_name(GemmConfig config);
