@@ -231,21 +231,26 @@ def test_split_k_slices_change_the_summation(monkeypatch, seed):
                                             config="split_k"), split)
 
 
-@pytest.mark.parametrize("setting,m,split", [(None, 16, False), ("auto", 16, True), ("auto", 64, True),
-                                             ("auto", 65, True), ("auto", 128, True), ("auto", 129, False),
-                                             ("1", 16, False), ("2", 64, True)])
-def test_auto_split_k_setting(monkeypatch, setting, m, split, seed):
-    """kAuto takes the split kernel only where FP8EXT_GEMM_SPLITS asks (a count, or "auto"
-    for the rule) and M <= 128 (N = 4096: 64 tiles of 64 rows or 32 of 128, a half or a
-    quarter of the SMs): equal bits with the explicit configuration show which one ran."""
+@pytest.mark.parametrize("setting,m,k,split", [(None, 64, 14336, True), (None, 128, 14336, True),
+                                               (None, 16, 14336, False), (None, 129, 14336, False),
+                                               (None, 64, 4096, False), ("auto", 100, 14336, True),
+                                               ("1", 64, 14336, False), ("2", 64, 4096, True),
+                                               ("2", 16, 4096, True)])
+def test_auto_split_k_setting(monkeypatch, setting, m, k, split, seed):
+    """kAuto slices K by its rule (16 < M <= 128, K >= 12288, N = 4096: too few tiles to fill
+    the SMs), or as FP8EXT_GEMM_SPLITS forces (1: never): equal bits with the explicit
+    configuration (under the same setting) show which kernel ran."""
     g = torch.Generator().manual_seed(seed)
-    a, b, sa, sb, bias = operands(m, 4096, 4096, "cuda", bias_dtype=torch.bfloat16, generator=g)
+    a, b, sa, sb, bias = operands(m, 4096, k, "cuda", bias_dtype=torch.float32, generator=g)
     monkeypatch.delenv("FP8EXT_GEMM_SPLITS", raising=False)
     if setting is not None:
         monkeypatch.setenv("FP8EXT_GEMM_SPLITS", setting)
     auto = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.float32)
-    want = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.float32, config="split_k")
-    assert torch.equal(auto, want) == split
+    # the explicit configuration slices as kAuto would (one slice: the whole-K kernel kAuto picks)
+    assert torch.equal(auto, fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.float32, config="split_k"))
+    monkeypatch.setenv("FP8EXT_GEMM_SPLITS", "1")
+    whole = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.float32)
+    assert torch.equal(auto, whole) != split
     assert rel_error(auto, reference(a, b, sa, sb, bias)) < TOLERANCE[torch.float32]
 
 

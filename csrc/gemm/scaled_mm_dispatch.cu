@@ -21,6 +21,7 @@
 //                kLargeClusterN for N >= 8192 (bf16): 128 x 128 tiles in 1x2 clusters (run
 //                             c1d075d: 128x28672x4096 36.4 vs medium 45.0, cuBLAS 35.5;
 //                             128x8192x8192 26.6 vs 27.0; 128x6144x4096 14.2 vs 13.6)
+//   16 < M <= 128, K >= 12288, few tiles of N (N = 4096): kSplitK, slices of K (below)
 //   M  > 128     kLarge       128 x 128 tiles, 2x1 cluster, cooperative, fp32 promotion
 //                             every 256 of K (4096x6144x4096: 171 us = 1208 TFLOP/s)
 //                kLargeN192   128 x 192 tiles for M >= 4096 and N >= 6144 (bf16):
@@ -79,13 +80,19 @@ int64_t tiles(const ScaledMmProblem& p, int64_t tile_m, int64_t tile_n) {
   return ((p.m + tile_m - 1) / tile_m) * ((p.n + tile_n - 1) / tile_n);
 }
 
-// Split-K (kSplitK). A decode-sized GEMM streams its weight, and a CTA
-// streams at most ~55-80 GB/s (H200, sessions 11 and 12: 64 CTAs of
-// 16x4096x14336 or 64x4096x14336 take 20-27 us whatever M), so a weight of a
-// few tiles (N = 4096: 64 tiles of 64 rows for 132 SMs) leaves half the GPU
-// idle. Slicing K gives every SM a share; at M = 128 it also lets one 128-row
-// tile of A serve 128 rows of the weight instead of 64. The slices' fp32
-// partials (splits x M x N x 4 bytes, in L2) are summed by a second kernel.
+// Split-K (kSplitK): the CTAs of a decode-sized GEMM each stream a few tiles of
+// the weight, and with N = 4096 there are 64 tiles of 64 rows (32 of 128) for
+// 132 SMs. Slicing K gives every SM a share, in one launch (the fp32 kernel's
+// batch mode); the slices' fp32 partials (splits x M x N x 4 bytes, in L2) are
+// then summed by a second kernel, which costs ~2-3 us of latency. So it pays
+// only on long K. One process, H200, graph-timed, weights past L2, us, whole K
+// -> split (6f4a70b, bench/results/gemm_split_k_ab_2026-12-03_h200_6f4a70b.json):
+//   64x4096x14336   25.6 -> 21.2 (2 slices; cuBLAS per-tensor 18.9)
+//   128x4096x14336  30.3 -> 25.1 (4 slices of 128x128 cluster tiles; cuBLAS 24.7)
+//   but 16x4096x4096 7.5 -> 10.3, 16x4096x14336 20.5 -> 25.0 (the 64x64 fp32
+//   tile is slower than the 64x16 one at M <= 16), 64x4096x4096 8.8 -> 9.5,
+//   128x4096x4096 10.3 -> 11.5, 128x6144x4096 13.9 -> 14.6, 128x8192x8192
+//   29.6 -> 30.0 (2 slices of 4096).
 constexpr int kMaxSplits = 8;
 
 // Which fp32 kernel runs the slices (its batch mode, gemm::SplitKPartials):
@@ -98,20 +105,21 @@ int64_t split_k_tiles(const ScaledMmProblem& p) {
   return ceil_div(p.m, 128) * round_up(ceil_div(p.n, 128), 2);  // the cluster pairs tiles along N
 }
 
-// The split count the rule picks: enough slices of K for the tiles to fill the
-// SMs once, each slice at least 1024 of K, at most 4.
+// The split count the rule picks (1: none), from the measurements above: for
+// 16 < M <= 128 and K >= 12288 only, enough slices for the tiles to fill the
+// SMs once, each at least 3584 of K, at most 4.
 int split_k_rule(const ScaledMmProblem& p) {
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({sm_count() / split_k_tiles(p), p.k / 1024, 4})));
+  if (p.m <= 16 || p.m > 128 || p.k < 12288) return 1;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({sm_count() / split_k_tiles(p), p.k / 3584, 4})));
 }
 
 // FP8EXT_GEMM_SPLITS (read at each call, for tuning in one process): a count
-// forces it where kSplitK runs, "auto" applies the rule, unset or 0: kAuto
-// never splits and an explicit kSplitK follows the rule.
+// forces it wherever kSplitK runs (kAuto: M <= 128; 1: never split), unset or
+// "auto": the rule.
 int split_k_setting() {
   const char* v = std::getenv("FP8EXT_GEMM_SPLITS");
-  if (!v || !*v) return 0;
-  if (std::strcmp(v, "auto") == 0) return -1;
-  return std::max(0, std::atoi(v));
+  if (!v || !*v || std::strcmp(v, "auto") == 0) return 0;
+  return std::max(1, std::atoi(v));
 }
 
 // Slices kSplitK cuts K into (1: the problem runs whole, as kAuto would
@@ -273,8 +281,7 @@ bool scaled_mm_has_config(const ScaledMmProblem& p, GemmConfig config) {
 }
 
 GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p) {
-  if (p.m <= 128 && split_k_setting() != 0 && has_config(p, GemmConfig::kSplitK) && split_k_count(p) > 1 &&
-      !(p.m == 1 && gemv_enabled()))
+  if (p.m <= 128 && has_config(p, GemmConfig::kSplitK) && split_k_count(p) > 1 && !(p.m == 1 && gemv_enabled()))
     return GemmConfig::kSplitK;
   return whole_k_config(p);
 }

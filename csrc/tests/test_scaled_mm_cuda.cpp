@@ -241,30 +241,38 @@ FP8EXT_TEST(auto_config_buckets) {
 }
 
 FP8EXT_TEST(auto_split_k_setting) {
-  // Host-side logic: kAuto splits K only where FP8EXT_GEMM_SPLITS asks, at M <= 64.
+  // Host-side logic: kAuto slices K for 16 < M <= 128 on long K with few tiles of
+  // N (the rule), or where FP8EXT_GEMM_SPLITS forces a count (1: never).
   alignas(16) static uint8_t buf[16];
   static float one = 1.0f;
-  cuda::ScaledMmProblem p{buf, Fp8Format::kE4M3, 4096, buf, Fp8Format::kE4M3, 4096, 16, 4096, 4096,
+  cuda::ScaledMmProblem p{buf, Fp8Format::kE4M3, 14336, buf, Fp8Format::kE4M3, 14336, 64, 4096, 14336,
                           &one, false, &one, false, nullptr, buf, DType::kBFloat16, 4096};
   unsetenv("FP8EXT_GEMV");
   unsetenv("FP8EXT_GEMM_SPLITS");
-  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSwapSmall));
-  setenv("FP8EXT_GEMM_SPLITS", "auto", 1);  // the rule: N = 4096 is 64 tiles of 64 rows
+  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSplitK));  // 64 tiles of 64 rows: 2 slices
+  EXPECT_TRUE(cuda::scaled_mm_workspace_bytes(p, GemmConfig::kAuto) >= size_t{2} * 64 * 4096 * 4);
+  p.m = 128;  // 32 pairs of 128x128 tiles: 4 slices
   EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSplitK));
-  EXPECT_TRUE(cuda::scaled_mm_workspace_bytes(p, GemmConfig::kAuto) >= size_t{2} * 16 * 4096 * 4);
-  p.n = 8192;  // 128 tiles already fill the SMs
-  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSwapSmall));
-  p.n = 4096;
-  p.m = 65;  // 128x128 tiles in pairs: 32 of them per slice
-  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSplitK));
+  EXPECT_TRUE(cuda::scaled_mm_workspace_bytes(p, GemmConfig::kAuto) >= size_t{4} * 128 * 4096 * 4);
   p.m = 129;  // past the sizes kAuto splits
   EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kLarge));
-  p.m = 1;  // the GEMV comes first
-  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kGemv));
-  p.m = 16;
-  setenv("FP8EXT_GEMM_SPLITS", "1", 1);  // one slice: no split
+  p.m = 16;  // the 64x16 whole-K kernel is faster there
   EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSwapSmall));
-  setenv("FP8EXT_GEMM_SPLITS", "3", 1);  // 4096 is no multiple of 48: two slices
+  p.m = 1;  // the GEMV
+  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kGemv));
+  p.m = 64;
+  p.n = 8192;  // 128 tiles already fill the SMs
+  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSwapMedium));
+  p.n = 4096;
+  p.k = p.lda = p.ldb = 4096;  // short K: the second kernel's latency outweighs the gain
+  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSwapMedium));
+  setenv("FP8EXT_GEMM_SPLITS", "3", 1);  // forced; 4096 is no multiple of 48: two slices
   EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSplitK));
+  p.m = 16;  // a forced count applies at M <= 16 too
+  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSplitK));
+  p.k = p.lda = p.ldb = 14336;
+  p.m = 64;
+  setenv("FP8EXT_GEMM_SPLITS", "1", 1);  // never
+  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSwapMedium));
   unsetenv("FP8EXT_GEMM_SPLITS");
 }

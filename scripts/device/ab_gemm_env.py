@@ -29,10 +29,10 @@ F8 = torch.float8_e4m3fn
 LAYERS = ["8b_qkv", "8b_o", "8b_gate_up", "8b_down", "cube"]
 
 
-def cases(ms):
+def cases(ms, layers):
     """(name, weight bytes, ours(w), anchor(w) or None, the weight copies to rotate)."""
     out = []
-    for layer in LAYERS:
+    for layer in layers:
         n, k = NK[layer]
         ws = weights(n, k, max(1, math.ceil(2 * L2_BYTES / (n * k))))
         for m in ms:
@@ -55,13 +55,14 @@ def main():
     ap.add_argument("--settings", nargs="+", required=True)
     ap.add_argument("--m", type=int, nargs="+", default=[1, 16, 64])
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--layers", nargs="+", default=LAYERS, choices=sorted(NK), help="bench_gemm's layer names")
     ap.add_argument("--close", action="store_true",
                     help="settings may change a sum's order (split-K): outputs agree within 1e-2, not bit for bit")
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.manual_seed(0)
     named = {v for st in args.settings for v in env_setting(st)}
-    rows = cases(args.m)
+    rows = cases(args.m, args.layers)
     ref, times, anchor_times = {}, {}, {}
     for rnd in range(args.rounds):
         for st in args.settings:
