@@ -96,8 +96,12 @@ int64_t tiles(const ScaledMmProblem& p, int64_t tile_m, int64_t tile_n) {
 constexpr int kMaxSplits = 8;
 
 // Which fp32 kernel runs the slices (its batch mode, gemm::SplitKPartials):
-// swap-AB 64x64 tiles up to M = 64, 128x128 tiles in 1x2 clusters above.
-bool split_k_swapped(const ScaledMmProblem& p) { return p.m <= 64; }
+// swap-AB 64x64 tiles up to M = 64, 128x128 tiles in 1x2 clusters above
+// (FP8EXT_GEMM_SPLIT_TILE=128: those at every M, for tuning).
+bool split_k_swapped(const ScaledMmProblem& p) {
+  const char* v = std::getenv("FP8EXT_GEMM_SPLIT_TILE");
+  return p.m <= 64 && !(v && std::strcmp(v, "128") == 0);
+}
 
 // CTAs one slice of K takes.
 int64_t split_k_tiles(const ScaledMmProblem& p) {
