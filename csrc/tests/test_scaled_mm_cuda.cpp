@@ -133,26 +133,31 @@ FP8EXT_TEST(fp32_output_and_e5m2_operands) {
 FP8EXT_TEST(split_k_every_split_count_and_dtype) {
   // kSplitK with the split count forced (FP8EXT_GEMM_SPLITS): swap-AB tiles up
   // to M = 64, 128x128 cluster tiles above (M = 300: three tile rows); K slices
-  // of 1024 / 3 x 512 / ... down to K = 16 (one slice: the whole-K kernel runs).
+  // of 1024 / 3 x 512 / ... down to K = 16 (one slice: the whole-K kernel runs);
+  // N past a whole tile; one scale or one per row of A. Every failing case is listed.
   test::require_gpu();
   uint32_t seed = std::random_device{}();
-  const GemmCase kSplitCases[] = {{1, 264, 1024}, {16, 136, 1536}, {17, 520, 2048}, {64, 200, 512},
+  const GemmCase kSplitCases[] = {{1, 264, 1024}, {1, 256, 1024}, {16, 136, 1536}, {17, 520, 2048}, {64, 200, 512},
                                   {65, 264, 1024}, {128, 520, 2048}, {300, 136, 512}, {5, 8, 16}};
   const DType kDtypes[] = {DType::kBFloat16, DType::kFloat16, DType::kFloat32};
+  std::string failures;
   for (const char* splits : {"2", "3", "4", "8"}) {
     setenv("FP8EXT_GEMM_SPLITS", splits, 1);
     for (const GemmCase& c : kSplitCases)
-      for (DType d : kDtypes) {
-        if (quick() && d != DType::kBFloat16) continue;
-        const Operands o = make_operands(c.m, c.n, c.k, Fp8Format::kE4M3, Fp8Format::kE4M3, true, d != DType::kFloat16,
-                                         ++seed);
-        const double e = run_and_compare(o, Fp8Format::kE4M3, Fp8Format::kE4M3, d, true, GemmConfig::kSplitK);
-        EXPECT_EQ_CTX(e < test::gemm_tolerance(d), true,
-                      "splits=" + std::string(splits) + " M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) +
-                          " K=" + std::to_string(c.k) + " err=" + std::to_string(e));
-      }
+      for (DType d : kDtypes)
+        for (bool a_rows : {true, false}) {
+          if (quick() && (d != DType::kBFloat16 || !a_rows)) continue;
+          const Operands o = make_operands(c.m, c.n, c.k, Fp8Format::kE4M3, Fp8Format::kE4M3, a_rows,
+                                           d != DType::kFloat16, ++seed);
+          const double e = run_and_compare(o, Fp8Format::kE4M3, Fp8Format::kE4M3, d, true, GemmConfig::kSplitK);
+          if (!(e < test::gemm_tolerance(d)))
+            failures += " [splits=" + std::string(splits) + " M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) +
+                        " K=" + std::to_string(c.k) + " dtype=" + std::to_string(int(d)) +
+                        " a_rows=" + std::to_string(a_rows) + " err=" + std::to_string(e) + "]";
+        }
   }
   unsetenv("FP8EXT_GEMM_SPLITS");
+  EXPECT_EQ_CTX(failures.empty(), true, failures);
 }
 
 FP8EXT_TEST(refuses_what_the_kernels_cannot_run) {
