@@ -137,8 +137,9 @@ FP8EXT_TEST(split_k_every_split_count_and_dtype) {
   // N past a whole tile; one scale or one per row of A. Every failing case is listed.
   test::require_gpu();
   uint32_t seed = std::random_device{}();
-  const GemmCase kSplitCases[] = {{1, 264, 1024}, {1, 256, 1024}, {16, 136, 1536}, {17, 520, 2048}, {64, 200, 512},
-                                  {65, 264, 1024}, {128, 520, 2048}, {300, 136, 512}, {5, 8, 16}};
+  const GemmCase kSplitCases[] = {{1, 264, 1024}, {1, 256, 1024}, {2, 264, 1024}, {8, 264, 1024},
+                                  {16, 136, 1536}, {17, 520, 2048}, {64, 200, 512}, {65, 264, 1024},
+                                  {128, 520, 2048}, {300, 136, 512}, {5, 8, 16}};
   const DType kDtypes[] = {DType::kBFloat16, DType::kFloat16, DType::kFloat32};
   std::string failures;
   for (const char* splits : {"2", "3", "4", "8"}) {
