@@ -203,7 +203,7 @@ def test_config_not_instantiated_for_dtype_raises():
 @pytest.mark.parametrize("splits", ["2", "3", "4", "8"])
 @pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (16, 1000, 4100), (17, 776, 1536), (64, 264, 2048),
                                    (33, 4095, 512), (7, 8, 16), (65, 1032, 1024), (128, 4096, 4096),
-                                   (100, 1000, 4100), (300, 264, 2048)])
+                                   (100, 1000, 4100), (300, 264, 2048), (2, 264, 1024), (8, 264, 1024)])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_split_k_every_split_count(monkeypatch, splits, m, n, k, out_dtype, seed):
     """Each forced split count (FP8EXT_GEMM_SPLITS) gives the reference's result, bias
