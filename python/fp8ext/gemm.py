@@ -23,7 +23,11 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     operands) ``"auto"`` runs a CUDA-core GEMV that sums in fp32 without the
     tensor cores (faster for decode; ``FP8EXT_GEMV=0`` turns it off): its last
     bits differ from the tensor-core kernels', so a row computed alone is not
-    bit-identical to the same row inside a larger M.
+    bit-identical to the same row inside a larger M. At 16 < M <= 128 with long
+    K (>= 12288) and few tiles of N (the 8B down projection), ``"auto"`` runs
+    split-K (``config="split_k"``): slices of K in one launch, then a kernel
+    that sums their fp32 partials in order (deterministic; the last bits differ
+    from one pass over K). ``FP8EXT_GEMM_SPLITS=N`` forces N slices, 1 never.
 
     **Block-wise** (DeepSeek-V3): when ``scale_b`` is ``[ceil(N/128), ceil(K/128)]``
     (one value per 128x128 block of the weight; a ``[1, N]`` that fits that shape
