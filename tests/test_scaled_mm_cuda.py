@@ -209,7 +209,8 @@ def test_split_k_every_split_count(monkeypatch, splits, m, n, k, out_dtype, seed
     """Each forced split count (FP8EXT_GEMM_SPLITS) gives the reference's result, bias
     included once, with swap-AB tiles (M <= 64) and 128x128 cluster tiles (above; M = 300:
     three tile rows): K that the count does not divide into multiples of 16 takes fewer
-    slices (4100 pads to 4112 = 16 x 257: one slice), unaligned N pads as elsewhere."""
+    slices (4100 pads to 4112 = 16 x 257: one slice), unaligned N pads as elsewhere;
+    M <= 16 runs whole K."""
     monkeypatch.setenv("FP8EXT_GEMM_SPLITS", splits)
     check(m, n, k, out_dtype, config="split_k", seed=seed)
     check(m, n, k, out_dtype, per_row_a=False, per_row_b=False, bias=False, config="split_k", seed=seed + 1)
@@ -220,7 +221,7 @@ def test_split_k_slices_change_the_summation(monkeypatch, seed):
     K in the last bits (fp32 output shows them), and the same split count gives the same
     bits every time (the slices are added in order)."""
     g = torch.Generator().manual_seed(seed)
-    a, b, sa, sb, bias = operands(16, 2048, 4096, "cuda", bias_dtype=torch.float32, generator=g)
+    a, b, sa, sb, bias = operands(17, 2048, 4096, "cuda", bias_dtype=torch.float32, generator=g)
     whole = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, bias=bias, config="swap_medium")
     monkeypatch.setenv("FP8EXT_GEMM_SPLITS", "4")
     split = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, bias=bias, config="split_k")
@@ -235,11 +236,11 @@ def test_split_k_slices_change_the_summation(monkeypatch, seed):
                                                (None, 16, 14336, False), (None, 129, 14336, False),
                                                (None, 64, 4096, False), ("auto", 100, 14336, True),
                                                ("1", 64, 14336, False), ("2", 64, 4096, True),
-                                               ("2", 16, 4096, True)])
+                                               ("2", 16, 4096, False)])
 def test_auto_split_k_setting(monkeypatch, setting, m, k, split, seed):
     """kAuto slices K by its rule (16 < M <= 128, K >= 12288, N = 4096: too few tiles to fill
-    the SMs), or as FP8EXT_GEMM_SPLITS forces (1: never): equal bits with the explicit
-    configuration (under the same setting) show which kernel ran."""
+    the SMs), or as FP8EXT_GEMM_SPLITS forces (1: never; M <= 16: never): equal bits with
+    the explicit configuration (under the same setting) show which kernel ran."""
     g = torch.Generator().manual_seed(seed)
     a, b, sa, sb, bias = operands(m, 4096, k, "cuda", bias_dtype=torch.float32, generator=g)
     monkeypatch.delenv("FP8EXT_GEMM_SPLITS", raising=False)
@@ -259,7 +260,7 @@ def test_split_k_in_a_cuda_graph(monkeypatch, seed):
     replays re-read the scales and give the eager bits."""
     monkeypatch.setenv("FP8EXT_GEMM_SPLITS", "2")
     g = torch.Generator().manual_seed(seed)
-    a, b, sa, sb, bias = operands(16, 4096, 4096, "cuda", bias_dtype=torch.bfloat16, generator=g)
+    a, b, sa, sb, bias = operands(32, 4096, 4096, "cuda", bias_dtype=torch.bfloat16, generator=g)
     run = lambda: fp8ext.scaled_mm(a, b, sa, sb, bias=bias, config="split_k")  # noqa: E731
     graph, out = capture(run)
     sa.mul_(2.0)

@@ -134,7 +134,8 @@ FP8EXT_TEST(split_k_every_split_count_and_dtype) {
   // kSplitK with the split count forced (FP8EXT_GEMM_SPLITS): swap-AB tiles up
   // to M = 64, 128x128 cluster tiles above (M = 300: three tile rows); K slices
   // of 1024 / 3 x 512 / ... down to K = 16 (one slice: the whole-K kernel runs);
-  // N past a whole tile; one scale or one per row of A. Every failing case is listed.
+  // N past a whole tile; one scale or one per row of A. M <= 16 runs whole K
+  // (checked too). Every failing case is listed.
   test::require_gpu();
   uint32_t seed = std::random_device{}();
   const GemmCase kSplitCases[] = {{1, 264, 1024}, {1, 256, 1024}, {2, 264, 1024}, {8, 264, 1024},
@@ -274,8 +275,8 @@ FP8EXT_TEST(auto_split_k_setting) {
   EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSwapMedium));
   setenv("FP8EXT_GEMM_SPLITS", "3", 1);  // forced; 4096 is no multiple of 48: two slices
   EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSplitK));
-  p.m = 16;  // a forced count applies at M <= 16 too
-  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSplitK));
+  p.m = 16;  // never at M <= 16, even forced
+  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSwapSmall));
   p.k = p.lda = p.ldb = 14336;
   p.m = 64;
   setenv("FP8EXT_GEMM_SPLITS", "1", 1);  // never

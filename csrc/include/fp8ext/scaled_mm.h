@@ -63,7 +63,8 @@ enum class GemmConfig : int {
               // scaled_mm_dispatch.cu has the measurements)
   kSplitK = 9,  // slices of K at once (fp32 partials in the workspace), then a kernel sums them:
                 // kSwapMedium's tiles for M <= 64, 128x128 tiles in 1x2 clusters above (problems
-                // with too few tiles of N to fill the GPU; see scaled_mm_dispatch.cu)
+                // with too few tiles of N to fill the GPU; see scaled_mm_dispatch.cu). M <= 16
+                // runs whole K.
   kLastConfig = kSplitK,
 };
 
