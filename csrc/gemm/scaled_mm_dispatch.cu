@@ -128,9 +128,8 @@ int split_k_setting() {
 
 // Slices kSplitK cuts K into (1: the problem runs whole, as kAuto would
 // without splitting): each slice a multiple of 16 (the TMA's unit). M <= 16
-// never splits, even when forced: slower at every size measured, and a forced
-// split at M = 1, N = 264 gave wrong results in the C++ harness on the H200
-// (1d1ced8; not explained, bench/NOTES.md session 19).
+// never splits, even when forced: slower at every size measured (the 64x16
+// whole-K kernel streams as fast, without the second kernel).
 int split_k_count(const ScaledMmProblem& p) {
   if (p.m <= 16) return 1;
   const int setting = split_k_setting();
@@ -253,13 +252,6 @@ cudaError_t run_split_k(const ScaledMmProblem& p, int splits, void* workspace, s
   return gemm::reduce_split_k(partials, splits, p.m, p.n, p.bias, p.d, p.d_dtype, p.ldd, stream);
 }
 
-// A one-element vector of scales is one value: the kernels get the scalar form.
-ScaledMmProblem with_scalar_scales_where_one(ScaledMmProblem p) {
-  if (p.m == 1) p.scale_a_per_row = false;
-  if (p.n == 1) p.scale_b_per_row = false;
-  return p;
-}
-
 }  // namespace
 
 const char* gemm_config_name(GemmConfig config) {
@@ -315,10 +307,9 @@ size_t scaled_mm_workspace_bytes(const ScaledMmProblem& p, GemmConfig config) {
   return bytes;
 }
 
-cudaError_t scaled_mm(const ScaledMmProblem& problem, GemmConfig config, void* workspace, size_t workspace_bytes,
+cudaError_t scaled_mm(const ScaledMmProblem& p, GemmConfig config, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream) {
-  if (scaled_mm_unsupported_reason(problem) != nullptr) return cudaErrorInvalidValue;
-  const ScaledMmProblem p = with_scalar_scales_where_one(problem);
+  if (scaled_mm_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
   if (config == GemmConfig::kAuto) config = scaled_mm_auto_config(p);
   if (config == GemmConfig::kSplitK && has_config(p, config)) {
     const int splits = split_k_count(p);

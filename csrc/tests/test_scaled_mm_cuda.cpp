@@ -135,13 +135,14 @@ FP8EXT_TEST(split_k_every_split_count_and_dtype) {
   // to M = 64, 128x128 cluster tiles above (M = 300: three tile rows); K slices
   // of 1024 / 3 x 512 / ... down to K = 16 (one slice: the whole-K kernel runs);
   // N past a whole tile; one scale or one per row of A. M <= 16 runs whole K
-  // (checked too). Every failing case is listed.
+  // (checked too). bf16 and fp32 outputs (this harness has no fp16 encoding;
+  // pytest covers fp16). Every failing case is listed.
   test::require_gpu();
   uint32_t seed = std::random_device{}();
   const GemmCase kSplitCases[] = {{1, 264, 1024}, {1, 256, 1024}, {2, 264, 1024}, {8, 264, 1024},
                                   {16, 136, 1536}, {17, 520, 2048}, {64, 200, 512}, {65, 264, 1024},
                                   {128, 520, 2048}, {300, 136, 512}, {5, 8, 16}};
-  const DType kDtypes[] = {DType::kBFloat16, DType::kFloat16, DType::kFloat32};
+  const DType kDtypes[] = {DType::kBFloat16, DType::kFloat32};
   std::string failures;
   for (const char* splits : {"2", "3", "4", "8"}) {
     setenv("FP8EXT_GEMM_SPLITS", splits, 1);
@@ -149,8 +150,7 @@ FP8EXT_TEST(split_k_every_split_count_and_dtype) {
       for (DType d : kDtypes)
         for (bool a_rows : {true, false}) {
           if (quick() && (d != DType::kBFloat16 || !a_rows)) continue;
-          const Operands o = make_operands(c.m, c.n, c.k, Fp8Format::kE4M3, Fp8Format::kE4M3, a_rows,
-                                           d != DType::kFloat16, ++seed);
+          const Operands o = make_operands(c.m, c.n, c.k, Fp8Format::kE4M3, Fp8Format::kE4M3, a_rows, true, ++seed);
           const double e = run_and_compare(o, Fp8Format::kE4M3, Fp8Format::kE4M3, d, true, GemmConfig::kSplitK);
           if (!(e < test::gemm_tolerance(d)))
             failures += " [splits=" + std::string(splits) + " M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) +
