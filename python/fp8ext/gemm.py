@@ -27,7 +27,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     K (>= 12288) and few tiles of N (the 8B down projection), ``"auto"`` runs
     split-K (``config="split_k"``): slices of K in one launch, then a kernel
     that sums their fp32 partials in order (deterministic; the last bits differ
-    from one pass over K). ``FP8EXT_GEMM_SPLITS=N`` forces N slices, 1 never.
+    from one pass over K). ``FP8EXT_GEMM_SPLITS=N`` forces N slices at M > 16, 1 never.
 
     **Block-wise** (DeepSeek-V3): when ``scale_b`` is ``[ceil(N/128), ceil(K/128)]``
     (one value per 128x128 block of the weight; a ``[1, N]`` that fits that shape
