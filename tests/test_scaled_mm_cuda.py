@@ -241,6 +241,8 @@ def test_auto_split_k_setting(monkeypatch, setting, m, k, split, seed):
     """kAuto slices K by its rule (16 < M <= 128, K >= 12288, N = 4096: too few tiles to fill
     the SMs), or as FP8EXT_GEMM_SPLITS forces (1: never; M <= 16: never): equal bits with
     the explicit configuration (under the same setting) show which kernel ran."""
+    if torch.cuda.get_device_properties(0).multi_processor_count < 128:
+        pytest.skip("the cases assume >= 128 SMs (H100 SXM, H200: 132): 64 tiles of N = 4096 leave half idle")
     g = torch.Generator().manual_seed(seed)
     a, b, sa, sb, bias = operands(m, 4096, k, "cuda", bias_dtype=torch.float32, generator=g)
     monkeypatch.delenv("FP8EXT_GEMM_SPLITS", raising=False)

@@ -93,7 +93,7 @@ int64_t tiles(const ScaledMmProblem& p, int64_t tile_m, int64_t tile_n) {
 //   tile is slower than the 64x16 one at M <= 16), 64x4096x4096 8.8 -> 9.5,
 //   128x4096x4096 10.3 -> 11.5, 128x6144x4096 13.9 -> 14.6, 128x8192x8192
 //   29.6 -> 30.0 (2 slices of 4096).
-constexpr int kMaxSplits = 8;
+constexpr int kMaxSplits = gemm::kMaxSplitK;
 
 // Which fp32 kernel runs the slices (its batch mode, gemm::SplitKPartials):
 // swap-AB 64x64 tiles up to M = 64, 128x128 tiles in 1x2 clusters above
@@ -111,19 +111,22 @@ int64_t split_k_tiles(const ScaledMmProblem& p) {
 
 // The split count the rule picks (1: none), from the measurements above: for
 // M <= 128 and K >= 12288 only, enough slices for the tiles to fill the SMs
-// once, each at least 3584 of K, at most 4.
+// once, each at least 3584 of K, at most 4 (the most measured).
 int split_k_rule(const ScaledMmProblem& p) {
   if (p.m > 128 || p.k < 12288) return 1;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({sm_count() / split_k_tiles(p), p.k / 3584, 4})));
 }
 
 // FP8EXT_GEMM_SPLITS (read at each call, for tuning in one process): a count
-// forces it wherever kSplitK runs (kAuto: 16 < M <= 128; 1: never split),
-// unset or "auto": the rule.
+// forces it wherever kSplitK runs (kAuto: 16 < M <= 128; 1: never split; at
+// most kMaxSplits, fewer where K does not divide, see split_k_count); unset,
+// "auto" or anything but a whole positive number: the rule.
 int split_k_setting() {
   const char* v = std::getenv("FP8EXT_GEMM_SPLITS");
-  if (!v || !*v || std::strcmp(v, "auto") == 0) return 0;
-  return std::max(1, std::atoi(v));
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return *end == '\0' && n >= 1 ? static_cast<int>(std::min<long>(n, kMaxSplits)) : 0;
 }
 
 // Slices kSplitK cuts K into (1: the problem runs whole, as kAuto would
@@ -133,7 +136,7 @@ int split_k_setting() {
 int split_k_count(const ScaledMmProblem& p) {
   if (p.m <= 16) return 1;
   const int setting = split_k_setting();
-  int s = setting > 0 ? std::min(setting, kMaxSplits) : split_k_rule(p);
+  int s = setting > 0 ? setting : split_k_rule(p);
   while (s > 1 && p.k % (16 * s) != 0) --s;
   return s;
 }
@@ -240,6 +243,8 @@ GemmConfig whole_k_config(const ScaledMmProblem& p) {
 // The partial products of the K slices into the workspace's front, then their sum into D.
 cudaError_t run_split_k(const ScaledMmProblem& p, int splits, void* workspace, size_t workspace_bytes,
                         cudaStream_t stream) {
+  // The partials are the TMA store's destination and the sum's 16-byte loads.
+  if (splits < 2 || splits > kMaxSplits || !aligned16(workspace)) return cudaErrorInvalidValue;
   const size_t partial_bytes = split_k_partial_bytes(p, splits);
   auto* partials = static_cast<float*>(workspace);
   const cudaError_t err = with_split_kernel(p, [&](auto kernel) {
@@ -288,7 +293,7 @@ bool scaled_mm_has_config(const ScaledMmProblem& p, GemmConfig config) {
 }
 
 GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p) {
-  if (p.m <= 128 && has_config(p, GemmConfig::kSplitK) && split_k_count(p) > 1 && !(p.m == 1 && gemv_enabled()))
+  if (p.m <= 128 && has_config(p, GemmConfig::kSplitK) && split_k_count(p) > 1)  // never at M = 1 (M <= 16)
     return GemmConfig::kSplitK;
   return whole_k_config(p);
 }

@@ -138,7 +138,7 @@ struct Sm90ScaledMm {
                                                           CollectiveEpilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
-  // With splits > 1 (split-K, fp32 D only) the kernel runs its batch mode:
+  // With splits > 1 (split-K; only SplitKPartials asks, with fp32 D) the kernel runs its batch mode:
   // batch s multiplies the s-th slice of K (A and B advance K / splits
   // elements per batch) and writes its scaled partial product, without the
   // bias, to partials[s] ([M, N] row-major, splits of them back to back).
@@ -214,7 +214,8 @@ template <Fp8Format A, Fp8Format B, GemmConfig C>
 cudaError_t SplitKPartials<A, B, C>::run(const ScaledMmProblem& p, int splits, float* partials, void* workspace,
                                          cudaStream_t stream) {
   using Impl = detail::Impl<A, B, DType::kFloat32, C>;
-  if (splits < 2 || p.k % (16 * splits) != 0) return cudaErrorInvalidValue;  // each slice a whole TMA extent
+  // The batch (L) stride, K / splits FP8 bytes, must be a multiple of the TMA's 16 bytes.
+  if (splits < 2 || p.k % (16 * splits) != 0) return cudaErrorInvalidValue;
   return detail::run_gemm<typename Impl::Gemm>(Impl::arguments(p, splits, partials), workspace, stream);
 }
 

@@ -10,7 +10,9 @@
 // tile scheduler gives CTA b the tiles b, b + G, b + 2G, ... (G CTAs); with one
 // tile along N' (the activation's rows, M <= the tile's N) tile t covers
 // weight rows [t * kTileRows, (t + 1) * kTileRows). With more tiles along N'
-// nothing is prefetched. A CTA whose guess is wrong only wastes a hint.
+// nothing is prefetched. A CTA whose guess is wrong only wastes a hint. In
+// batch mode (split-K) the plan covers the first slice of K only: the CTAs of
+// the other slices prefetch nothing.
 #pragma once
 
 #include <algorithm>

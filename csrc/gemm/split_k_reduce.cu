@@ -12,7 +12,7 @@ namespace fp8ext::cuda::gemm {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxSplits = 8;  // scaled_mm_dispatch.cu never asks for more
+constexpr int kMaxSplits = kMaxSplitK;
 
 template <typename T>
 struct Out4;  // four outputs, stored at once

@@ -135,13 +135,14 @@ FP8EXT_TEST(split_k_every_split_count_and_dtype) {
   // to M = 64, 128x128 cluster tiles above (M = 300: three tile rows); K slices
   // of 1024 / 3 x 512 / ... down to K = 16 (one slice: the whole-K kernel runs);
   // N past a whole tile; one scale or one per row of A. M <= 16 runs whole K
-  // (checked too). bf16 and fp32 outputs (this harness has no fp16 encoding;
-  // pytest covers fp16). Every failing case is listed.
+  // (checked too); K = 1536 takes 3 slices. bf16 and fp32 outputs (this
+  // harness has no fp16 encoding; pytest covers fp16). Every failing case is
+  // listed; auto_split_k_setting checks that the split path is the one taken.
   test::require_gpu();
   uint32_t seed = std::random_device{}();
-  const GemmCase kSplitCases[] = {{1, 264, 1024}, {1, 256, 1024}, {2, 264, 1024}, {8, 264, 1024},
-                                  {16, 136, 1536}, {17, 520, 2048}, {64, 200, 512}, {65, 264, 1024},
-                                  {128, 520, 2048}, {300, 136, 512}, {5, 8, 16}};
+  const GemmCase kSplitCases[] = {{1, 264, 1024}, {2, 264, 1024}, {16, 136, 1536}, {5, 8, 16},  // whole K
+                                  {17, 520, 2048}, {17, 520, 1536}, {64, 200, 512}, {65, 264, 1024},
+                                  {128, 520, 2048}, {300, 136, 512}};
   const DType kDtypes[] = {DType::kBFloat16, DType::kFloat32};
   std::string failures;
   for (const char* splits : {"2", "3", "4", "8"}) {
@@ -281,5 +282,15 @@ FP8EXT_TEST(auto_split_k_setting) {
   p.m = 64;
   setenv("FP8EXT_GEMM_SPLITS", "1", 1);  // never
   EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSwapMedium));
+  // The workspace holds a partial product per slice: the split path is the one sized.
+  p.m = 17, p.n = 520, p.ldd = 520, p.k = p.lda = p.ldb = 1536;
+  setenv("FP8EXT_GEMM_SPLITS", "3", 1);
+  EXPECT_TRUE(cuda::scaled_mm_workspace_bytes(p, GemmConfig::kSplitK) >= size_t{3} * 17 * 520 * 4);
+  setenv("FP8EXT_GEMM_SPLITS", "100", 1);  // at most 8 slices
+  EXPECT_TRUE(cuda::scaled_mm_workspace_bytes(p, GemmConfig::kSplitK) >= size_t{8} * 17 * 520 * 4);
+  EXPECT_TRUE(cuda::scaled_mm_workspace_bytes(p, GemmConfig::kSplitK) < size_t{9} * 17 * 520 * 4);
+  setenv("FP8EXT_GEMM_SPLITS", "three", 1);  // not a count: the rule (short K: whole)
+  EXPECT_EQ(int(cuda::scaled_mm_auto_config(p)), int(GemmConfig::kSwapMedium));
+  EXPECT_TRUE(cuda::scaled_mm_workspace_bytes(p, GemmConfig::kSplitK) < size_t{17} * 520 * 4);
   unsetenv("FP8EXT_GEMM_SPLITS");
 }

@@ -79,7 +79,8 @@ bool scaled_mm_has_config(const ScaledMmProblem& p, GemmConfig config);
 // The configuration kAuto resolves to for this problem.
 GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p);
 
-// Device workspace the call needs (bytes; may be 0).
+// Device workspace the call needs (bytes; may be 0). Pass it 16-byte aligned
+// (cudaMalloc's and torch's allocations are 256-byte aligned).
 size_t scaled_mm_workspace_bytes(const ScaledMmProblem& p, GemmConfig config);
 
 // Runs on `stream` without synchronising; cudaErrorInvalidValue for an
