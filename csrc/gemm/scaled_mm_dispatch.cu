@@ -240,6 +240,15 @@ GemmConfig whole_k_config(const ScaledMmProblem& p) {
   return c;
 }
 
+// The slices an explicit or automatic kSplitK cuts K into; with one slice,
+// `config` becomes the whole-K kernel kAuto would take.
+int resolve_split_k(const ScaledMmProblem& p, GemmConfig& config) {
+  if (config != GemmConfig::kSplitK || !has_config(p, config)) return 1;
+  const int splits = split_k_count(p);
+  if (splits < 2) config = whole_k_config(p);
+  return splits;
+}
+
 // The partial products of the K slices into the workspace's front, then their sum into D.
 cudaError_t run_split_k(const ScaledMmProblem& p, int splits, void* workspace, size_t workspace_bytes,
                         cudaStream_t stream) {
@@ -300,13 +309,9 @@ GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p) {
 
 size_t scaled_mm_workspace_bytes(const ScaledMmProblem& p, GemmConfig config) {
   if (config == GemmConfig::kAuto) config = scaled_mm_auto_config(p);
-  if (config == GemmConfig::kSplitK && has_config(p, config)) {
-    const int splits = split_k_count(p);
-    if (splits > 1)
-      return split_k_partial_bytes(p, splits) +
-             with_split_kernel(p, [&](auto k) { return decltype(k)::workspace_bytes(p, splits); });
-    config = whole_k_config(p);
-  }
+  if (const int splits = resolve_split_k(p, config); splits > 1)
+    return split_k_partial_bytes(p, splits) +
+           with_split_kernel(p, [&](auto k) { return decltype(k)::workspace_bytes(p, splits); });
   size_t bytes = 0;
   with_kernel(p, config, [&](auto kernel) { bytes = decltype(kernel)::workspace_bytes(p); });
   return bytes;
@@ -316,11 +321,8 @@ cudaError_t scaled_mm(const ScaledMmProblem& p, GemmConfig config, void* workspa
                       cudaStream_t stream) {
   if (scaled_mm_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
   if (config == GemmConfig::kAuto) config = scaled_mm_auto_config(p);
-  if (config == GemmConfig::kSplitK && has_config(p, config)) {
-    const int splits = split_k_count(p);
-    if (splits > 1) return run_split_k(p, splits, workspace, workspace_bytes, stream);
-    config = whole_k_config(p);
-  }
+  if (const int splits = resolve_split_k(p, config); splits > 1)
+    return run_split_k(p, splits, workspace, workspace_bytes, stream);
   if (config == GemmConfig::kGemv) return has_config(p, config) ? scaled_gemv(p, stream) : cudaErrorInvalidValue;
   cudaError_t err = cudaErrorInvalidValue;
   const bool found = with_kernel(p, config, [&](auto kernel) {

@@ -21,7 +21,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from bench_gemm import L2_BYTES, NK, scales, weights  # noqa: E402
 from bench_gemm_blockwise import BLOCK, cublas_blockwise, group_scales  # noqa: E402
-from benchlib import apply_env, env_setting, graph_time_rotating_ms, same_output, write_record  # noqa: E402
+from benchlib import (apply_env, env_setting, graph_time_rotating_ms, relative_error, same_output,  # noqa: E402
+                      write_record)
 
 import fp8ext  # noqa: E402
 
@@ -72,8 +73,7 @@ def main():
                     got = ours(ws[0])
                     assert same_output(got, ref.setdefault(name, got), not args.close), (name, st)
                     if anchor is not None:  # a fast wrong kernel must not win
-                        want = anchor(ws[0]).float()
-                        err = ((got.float() - want).norm() / want.norm()).item()
+                        err = relative_error(got, anchor(ws[0]))
                         assert err < 1e-2, (name, st, err)
                 times.setdefault((st, name), []).append(graph_time_rotating_ms(ours, ws) * 1e3)
         apply_env({}, named)
