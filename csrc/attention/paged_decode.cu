@@ -14,8 +14,9 @@
 // Within one m16n8k16 step the order of the summed dimension is free, so each
 // thread's head-dim slice is a contiguous 16-byte load (the same permutation is
 // applied to Q). With num_splits > 1 each split writes its partial output and
-// log2-sum-exp and a second kernel merges them, so one long sequence still
-// fills the GPU.
+// log2-sum-exp, so one long sequence still fills the GPU; the partials are
+// merged by the last split of each head block to finish when the caller gives
+// counters (merge_if_last_split), else by a second kernel (merge_kernel).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -56,6 +57,7 @@ struct DecodeArgs {
   void* out;
   float* part_out;  // [batch, q_heads, splits, D] when num_splits > 1
   float* part_lse;  // [batch, q_heads, splits], log2 domain
+  int32_t* split_counters;  // [batch, kv_heads * head_blocks], zero; null: the merge kernel merges
 };
 
 using detail::from_float;
@@ -105,6 +107,70 @@ __device__ __forceinline__ int swizzled_piece(int t, int p) {
 constexpr int decode_min_blocks(CacheDType c, int d) {
   return d * ((c == CacheDType::kE4M3 || c == CacheDType::kE5M2) ? 1 : 2) <= 128 ? 3 : 1;
 }
+
+// The split merge without a second kernel. Each block, its partial written,
+// counts itself in its (sequence, head block)'s counter; the last of the
+// num_splits blocks to arrive resets the counter to zero (for the next launch)
+// and merges every split's partial from L2: thread t takes float4 column t of
+// the block's heads, over the splits in chunks of kChunk loaded together, with
+// an online max so the log-sum-exps need no pass of their own. Saves the merge
+// kernel's launch and its wait for the decode grid (bench/NOTES.md, session 20).
+template <typename Q, int D>
+__device__ __forceinline__ void merge_if_last_split(const DecodeArgs& a, int64_t first_head, int nh) {
+  __shared__ bool last;
+  __threadfence();  // this thread's partials reach L2 before the block counts itself
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t* counter = a.split_counters + first_head;  // one per head block: its first query head
+    last = atomicAdd(counter, 1) == a.num_splits - 1;
+    if (last) *counter = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other splits' partials, counted before ours, are read after the count
+  constexpr int kCols = D / 4, kChunk = 16;
+  const int n = a.num_splits;
+  for (int col = threadIdx.x; col < nh * kCols; col += kThreads) {
+    const int64_t head = first_head + col / kCols;
+    const float* lse = a.part_lse + head * n;
+    const float4* part = reinterpret_cast<const float4*>(a.part_out + head * n * D) + col % kCols;
+    float mx = -INFINITY, den = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    bool nan = false;
+    for (int s0 = 0; s0 < n; s0 += kChunk) {
+      float l[kChunk];
+      float4 p[kChunk];
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) {  // L2 loads (ld.global.cg): the partials come from other SMs
+        l[i] = s0 + i < n ? __ldcg(lse + s0 + i) : -INFINITY;
+        p[i] = s0 + i < n ? __ldcg(part + int64_t{s0 + i} * kCols) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+      float chunk_mx = mx;
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) nan |= isnan(l[i]), chunk_mx = fmaxf(chunk_mx, l[i]);  // fmaxf skips NaNs
+      if (chunk_mx == -INFINITY) continue;  // every split so far is empty
+      const float r = exp2f(mx - chunk_mx);  // 0 while mx is -inf (acc and den are 0 then)
+      den *= r, acc.x *= r, acc.y *= r, acc.z *= r, acc.w *= r;
+      mx = chunk_mx;
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) {
+        const float w = exp2f(l[i] - mx);  // 0 for an empty split (lse -inf)
+        den += w;
+        acc.x = fmaf(w, p[i].x, acc.x), acc.y = fmaf(w, p[i].y, acc.y);
+        acc.z = fmaf(w, p[i].z, acc.z), acc.w = fmaf(w, p[i].w, acc.w);
+      }
+    }
+    auto value = [&](float x) { return from_float<Q>(nan ? NAN : (den > 0.0f ? x / den : 0.0f)); };  // all empty: 0
+    Q* out = static_cast<Q*>(a.out) + head * D + 4 * (col % kCols);
+    out[0] = value(acc.x), out[1] = value(acc.y), out[2] = value(acc.z), out[3] = value(acc.w);
+  }
+}
+
+// The in-kernel merge is compiled for FP8 caches only: with it the 16-bit
+// caches' head_dim-128 kernels went from 168 to 170 registers, two blocks per SM
+// instead of three (bf16 lost ~20% the last time that happened, session 15);
+// they keep the merge kernel.
+constexpr bool fused_merge_compiled(CacheDType c) { return c == CacheDType::kE4M3 || c == CacheDType::kE5M2; }
 
 // Fragment layouts: decode_step.cuh.
 template <typename Q, CacheDType C, int D, bool kPipelined>
@@ -336,6 +402,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
       if (d == 0) a.part_lse[head * a.num_splits + split] = bad_block ? NAN : (den != 0.0f ? mx + log2f(den) : -INFINITY);
     }
   }
+  if constexpr (fused_merge_compiled(C))
+    if (a.num_splits > 1 && a.split_counters != nullptr) merge_if_last_split<Q, D>(a, b * a.q_heads + h0, nh);
 }
 
 // out = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse_s - max lse): one block per
@@ -413,6 +481,13 @@ inline bool decode_pipeline_enabled() {
   return !(v && std::strcmp(v, "0") == 0);
 }
 
+// FP8EXT_DECODE_FUSED_MERGE=0 ignores the caller's counters and merges the
+// splits in the second kernel (read at each launch: one process can A/B both).
+inline bool fused_merge_enabled() {
+  const char* v = std::getenv("FP8EXT_DECODE_FUSED_MERGE");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
 // Launches the pipelined decode kernel for (Q, C) with its 64 KB of dynamic
 // shared memory (opted into once per kernel, device and host thread, with the
 // carveout that leaves room for three blocks per SM), with PDL when it is on.
@@ -457,7 +532,7 @@ cudaError_t launch_typed(const DecodeArgs& a, int64_t batch, int64_t head_dim, c
     } else {
       err = launch(decode_kernel<Q, C, D, false>, grid, dim3(kThreads), stream, a);
     }
-    if (err == cudaSuccess && a.num_splits > 1)
+    if (err == cudaSuccess && a.num_splits > 1 && a.split_counters == nullptr)
       err = launch(merge_kernel<Q, D>, merge_grid, dim3(kThreads), stream, a);
     return err;
   };
@@ -481,6 +556,13 @@ cudaError_t launch_for_query(const DecodeArgs& a, CacheDType c, int64_t batch, i
 }
 
 }  // namespace
+
+int64_t paged_decode_counter_count(const DecodeProblem& p) {
+  const int64_t kv_heads = p.k.num_kv_heads;
+  if (kv_heads < 1 || p.num_q_heads % kv_heads != 0) return 0;
+  const int64_t group = p.num_q_heads / kv_heads;
+  return p.batch * kv_heads * ((group + kMaxHeads - 1) / kMaxHeads);
+}
 
 size_t paged_decode_workspace_bytes(const DecodeProblem& p) {
   if (p.num_splits <= 1) return 0;
@@ -508,7 +590,9 @@ cudaError_t paged_decode_attention(const DecodeProblem& p, void* workspace, cuda
                      p.k.num_pages, p.k.page_size, kv_heads, p.num_q_heads, group, head_blocks,
                      p.k_scale.data, p.v_scale.data, p.k_scale.per_head, p.v_scale.per_head,
                      p.block_table, p.max_pages, p.seq_lens, p.softmax_scale, p.softcap, p.num_splits, p.window,
-                     p.out, part_out, part_lse};
+                     p.out, part_out, part_lse,
+                     p.num_splits > 1 && fused_merge_compiled(p.k.dtype) && fused_merge_enabled() ? p.split_counters
+                                                                                                  : nullptr};
   switch (p.q_dtype) {
     case DType::kFloat32: return launch_for_query<float>(a, p.k.dtype, p.batch, dim, stream);
     case DType::kFloat16: return launch_for_query<__half>(a, p.k.dtype, p.batch, dim, stream);

@@ -79,10 +79,13 @@ TORCH_LIBRARY(fp8ext, m) {
   // [B, max_pages] up to seq_lens [B]; num_splits splits each sequence's KV
   // (planned on the host, so the captured kernel's grid is fixed); window > 0
   // keeps the last `window` tokens; softcap > 0 caps the logits with tanh.
+  // split_counters (CUDA, int32 zeros, one per (sequence, query head) is
+  // enough; left zero): FP8 caches merge the splits in the decode kernel
+  // instead of a second one (16-bit caches ignore them).
   m.def(
       "paged_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, Tensor seq_lens, "
       "Tensor k_scale, Tensor v_scale, float softmax_scale, int num_splits=1, int window=0, "
-      "float softcap=0.0) -> Tensor");
+      "float softcap=0.0, Tensor(a!)? split_counters=None) -> Tensor");
 }
 
 extern "C" PyObject* PyInit__C(void) {
