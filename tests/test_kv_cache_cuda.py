@@ -63,9 +63,9 @@ def decode_kernel(request, monkeypatch):
 
 @pytest.fixture(params=["in_kernel", "second_kernel"])
 def split_merge(request, monkeypatch):
-    """Given counters, the FP8 kernels merge their splits themselves (the last split of each head)
-    unless FP8EXT_DECODE_FUSED_MERGE=0 (read at each launch) sends them to the merge kernel:
-    the split tests run both merges (16-bit caches always take the merge kernel)."""
+    """Given counters, the pipelined FP8 kernel merges its splits itself (the last split of each
+    head) unless FP8EXT_DECODE_FUSED_MERGE=0 (read at each launch) sends them to the merge kernel:
+    the split tests run both merges (the other kernels always take the merge kernel)."""
     monkeypatch.setenv("FP8EXT_DECODE_FUSED_MERGE", "1" if request.param == "in_kernel" else "0")
     return request.param
 
@@ -203,11 +203,12 @@ def long_fp8_problem(batch=2, context=3000, heads=2, q_heads=8, dim=128, page_si
     return q, pools, table.cuda(), lens.cuda(), scale
 
 
-@pytest.mark.parametrize("pipelined", [True, False])
-def test_counters_merge_fp8_splits_without_the_merge_kernel(pipelined, seed, monkeypatch):
-    """With counters an FP8 decode is one kernel (its last split of each head merges); without
-    them, or with FP8EXT_DECODE_FUSED_MERGE=0, the merge kernel runs; the outputs agree."""
-    monkeypatch.setenv("FP8EXT_DECODE_PIPELINE", "1" if pipelined else "0")
+@pytest.mark.parametrize("spread", ["1", "0"])
+def test_counters_merge_fp8_splits_without_the_merge_kernel(spread, seed, monkeypatch):
+    """With counters the pipelined FP8 decode is one kernel (its last split of each head merges);
+    without them, with FP8EXT_DECODE_FUSED_MERGE=0 or with the register kernel, the merge
+    kernel runs; the outputs agree. FP8EXT_DECODE_SPREAD only changes the shared memory asked."""
+    monkeypatch.setenv("FP8EXT_DECODE_SPREAD", spread)
     q, (k, v), table, lens, scale = long_fp8_problem()
     counters = torch.zeros(q.shape[0] * q.shape[1], dtype=torch.int32, device="cuda")
 
@@ -221,6 +222,10 @@ def test_counters_merge_fp8_splits_without_the_merge_kernel(pipelined, seed, mon
     monkeypatch.setenv("FP8EXT_DECODE_FUSED_MERGE", "0")
     assert any("merge_kernel" in n for n in kernel_names(lambda: call(counters)))
     monkeypatch.delenv("FP8EXT_DECODE_FUSED_MERGE")
+    monkeypatch.setenv("FP8EXT_DECODE_PIPELINE", "0")
+    assert any("merge_kernel" in n for n in kernel_names(lambda: call(counters)))
+    assert not counters.any()
+    monkeypatch.delenv("FP8EXT_DECODE_PIPELINE")
     for _ in range(3):  # each call leaves the counters zero for the next
         assert rel(call(counters), call(None)) < 1e-6
         assert not counters.any()

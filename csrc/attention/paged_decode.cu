@@ -21,6 +21,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -165,12 +166,6 @@ __device__ __forceinline__ void merge_if_last_split(const DecodeArgs& a, int64_t
     out[0] = value(acc.x), out[1] = value(acc.y), out[2] = value(acc.z), out[3] = value(acc.w);
   }
 }
-
-// The in-kernel merge is compiled for FP8 caches only: with it the 16-bit
-// caches' head_dim-128 kernels went from 168 to 170 registers, two blocks per SM
-// instead of three (bf16 lost ~20% the last time that happened, session 15);
-// they keep the merge kernel.
-constexpr bool fused_merge_compiled(CacheDType c) { return c == CacheDType::kE4M3 || c == CacheDType::kE5M2; }
 
 // Fragment layouts: decode_step.cuh.
 template <typename Q, CacheDType C, int D, bool kPipelined>
@@ -402,7 +397,11 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
       if (d == 0) a.part_lse[head * a.num_splits + split] = bad_block ? NAN : (den != 0.0f ? mx + log2f(den) : -INFINITY);
     }
   }
-  if constexpr (fused_merge_compiled(C))
+  // Only the pipelined kernel merges in place: its launch spreads a one-wave grid
+  // evenly (launch_pipelined). The others keep the merge kernel; in the 16-bit
+  // caches' head_dim-128 kernels the merge code cost two registers (168 -> 170,
+  // two blocks per SM instead of three).
+  if constexpr (kPipelined)
     if (a.num_splits > 1 && a.split_counters != nullptr) merge_if_last_split<Q, D>(a, b * a.q_heads + h0, nh);
 }
 
@@ -488,28 +487,65 @@ inline bool fused_merge_enabled() {
   return !(v && std::strcmp(v, "0") == 0);
 }
 
+// FP8EXT_DECODE_SPREAD=0 launches the pipelined kernel with its own shared
+// memory only (read at each launch, for A/B runs).
+inline bool spread_enabled() {
+  const char* v = std::getenv("FP8EXT_DECODE_SPREAD");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
+// What launch_pipelined needs to know of the kernel and the device, once per (Q, C) and device.
+struct PipelinedLaunchInfo {
+  bool ready = false;
+  int sm_bytes = 0, reserved = 0, static_bytes = 0, max_dynamic = 0;
+};
+
+// Dynamic shared memory for a pipelined grid of `blocks`. Where the grid
+// fills the SMs to c < 3 blocks each, the block asks for enough that a
+// (c+1)-th cannot fit: with PDL the next kernel launches while this one runs,
+// and without that cap its blocks took the free slots of whichever SMs
+// freed first (three blocks on half the SMs, one on the rest): the next
+// decode of a batch-1 step ran 20-25% slower (H200, session 20).
+size_t pipelined_smem_bytes(int64_t blocks, const PipelinedLaunchInfo& info) {
+  const int64_t sms = current_device_info().sm_count;
+  const int64_t per_sm = (blocks + sms - 1) / sms;
+  if (!spread_enabled() || per_sm >= 3 || info.sm_bytes == 0) return kPipelineSmemBytes;
+  const int64_t cap = info.sm_bytes / (per_sm + 1) - info.reserved - info.static_bytes + 128;
+  return static_cast<size_t>(std::clamp<int64_t>(cap, kPipelineSmemBytes, info.max_dynamic));
+}
+
 // Launches the pipelined decode kernel for (Q, C) with its 64 KB of dynamic
-// shared memory (opted into once per kernel, device and host thread, with the
-// carveout that leaves room for three blocks per SM), with PDL when it is on.
+// shared memory or more (pipelined_smem_bytes; opted into once per kernel,
+// device and host thread, with the carveout that leaves room for three blocks
+// per SM), with PDL when it is on.
 template <typename Q, CacheDType C>
 cudaError_t launch_pipelined(dim3 grid, cudaStream_t stream, const DecodeArgs& a) {
   constexpr auto kernel = decode_kernel<Q, C, 128, true>;
   constexpr int kMaxDevices = 64;
-  thread_local bool opted_in[kMaxDevices] = {};  // one array per (Q, C): a template's own static
+  thread_local PipelinedLaunchInfo infos[kMaxDevices];  // one array per (Q, C): a template's own static
   const int device = current_device_info().device;
-  if (device >= kMaxDevices || !opted_in[device]) {
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(kPipelineSmemBytes));
+  PipelinedLaunchInfo local;
+  PipelinedLaunchInfo& info = device < kMaxDevices ? infos[device] : local;
+  if (!info.ready) {
+    cudaFuncAttributes attrs = {};
+    int optin = 0;
+    cudaError_t err = cudaFuncGetAttributes(&attrs, kernel);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&info.sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&info.reserved, cudaDevAttrReservedSharedMemoryPerBlock, device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    info.static_bytes = static_cast<int>(attrs.sharedSizeBytes);
+    info.max_dynamic = std::max(static_cast<int>(kPipelineSmemBytes), optin - info.static_bytes);
+    if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, info.max_dynamic);
     if (err == cudaSuccess)
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (err != cudaSuccess) return err;
-    if (device < kMaxDevices) opted_in[device] = true;
+    info.ready = true;
   }
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kPipelineSmemBytes;
+  config.dynamicSmemBytes = pipelined_smem_bytes(int64_t{grid.x} * grid.y * grid.z, info);
   config.stream = stream;
   config.attrs = attr;
   config.numAttrs = pdl_attribute(attr[0]);
@@ -524,15 +560,18 @@ cudaError_t launch_typed(const DecodeArgs& a, int64_t batch, int64_t head_dim, c
   auto run = [&](auto dim) -> cudaError_t {
     constexpr int D = decltype(dim)::value;
     cudaError_t err = cudaSuccess;
+    bool merged = false;  // by the decode kernel itself (the pipelined one, given counters)
     if constexpr (pipelined_decode(C, D)) {
-      if (decode_pipeline_enabled())
+      if (decode_pipeline_enabled()) {
         err = launch_pipelined<Q, C>(grid, stream, a);
-      else
+        merged = a.split_counters != nullptr;
+      } else {
         err = launch(decode_kernel<Q, C, D, false>, grid, dim3(kThreads), stream, a);
+      }
     } else {
       err = launch(decode_kernel<Q, C, D, false>, grid, dim3(kThreads), stream, a);
     }
-    if (err == cudaSuccess && a.num_splits > 1 && a.split_counters == nullptr)
+    if (err == cudaSuccess && a.num_splits > 1 && !merged)
       err = launch(merge_kernel<Q, D>, merge_grid, dim3(kThreads), stream, a);
     return err;
   };
@@ -591,8 +630,7 @@ cudaError_t paged_decode_attention(const DecodeProblem& p, void* workspace, cuda
                      p.k_scale.data, p.v_scale.data, p.k_scale.per_head, p.v_scale.per_head,
                      p.block_table, p.max_pages, p.seq_lens, p.softmax_scale, p.softcap, p.num_splits, p.window,
                      p.out, part_out, part_lse,
-                     p.num_splits > 1 && fused_merge_compiled(p.k.dtype) && fused_merge_enabled() ? p.split_counters
-                                                                                                  : nullptr};
+                     p.num_splits > 1 && fused_merge_enabled() ? p.split_counters : nullptr};
   switch (p.q_dtype) {
     case DType::kFloat32: return launch_for_query<float>(a, p.k.dtype, p.batch, dim, stream);
     case DType::kFloat16: return launch_for_query<__half>(a, p.k.dtype, p.batch, dim, stream);

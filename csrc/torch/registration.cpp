@@ -80,12 +80,14 @@ TORCH_LIBRARY(fp8ext, m) {
   // (planned on the host, so the captured kernel's grid is fixed); window > 0
   // keeps the last `window` tokens; softcap > 0 caps the logits with tanh.
   // split_counters (CUDA, int32 zeros, one per (sequence, query head) is
-  // enough; left zero): FP8 caches merge the splits in the decode kernel
-  // instead of a second one (16-bit caches ignore them).
+  // enough): the pipelined FP8 kernel (head_dim 128) merges the splits itself
+  // instead of a second kernel; other kernels ignore them. Not declared
+  // mutated: the kernel counts in them and leaves them zero, so their value
+  // never changes (an optional mutated argument broke inductor in torch 2.11).
   m.def(
       "paged_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, Tensor seq_lens, "
       "Tensor k_scale, Tensor v_scale, float softmax_scale, int num_splits=1, int window=0, "
-      "float softcap=0.0, Tensor(a!)? split_counters=None) -> Tensor");
+      "float softcap=0.0, Tensor? split_counters=None) -> Tensor");
 }
 
 extern "C" PyObject* PyInit__C(void) {

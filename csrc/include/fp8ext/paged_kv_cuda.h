@@ -69,9 +69,10 @@ struct DecodeProblem {
   float softcap;   // > 0: logits become softcap * tanh(logits / softcap)
   void* out;       // [batch, num_q_heads, head_dim], q_dtype
   // num_splits > 1: paged_decode_counter_count(p) int32 zeros, which the call
-  // leaves zero; the last split of each head block then merges the partials
-  // in the same kernel. Null: a second kernel merges them. Calls that share
-  // counters must not overlap (one stream, or ordered by events).
+  // leaves zero; the pipelined FP8 kernel's last split of each head block then
+  // merges the partials in the same kernel (other kernels ignore them). Null:
+  // a second kernel merges them. Calls that share counters must not overlap
+  // (one stream, or ordered by events).
   int32_t* split_counters = nullptr;
 };
 
