@@ -40,14 +40,13 @@ def decode_row(batch, context, page_size, dim=DIM):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     row = {"op": "paged_decode", "batch": batch, "context": context, "page_size": page_size, "head_dim": dim}
     kv_elems = 2 * batch * context * KV_HEADS * dim
-    counters = torch.zeros(batch * Q_HEADS, device="cuda", dtype=torch.int32)  # as PagedKVCache's plan holds them
     for name, dtype in (("fp8", torch.float8_e4m3fn), ("bf16", torch.bfloat16)):
         # As PagedKVCache.plan picks them: the FP8 rule applies to the pipelined kernel (head_dim 128).
         splits = plan_splits(batch, KV_HEADS, context, sms, pipelined=name == "fp8" and dim == 128)
         row[f"{name}_num_splits"] = splits
         (k, v), table, lens = paged_inputs(batch, context, page_size, dtype, dim)
         run = lambda: torch.ops.fp8ext.paged_decode_attention(q, k, v, table, lens, scale, scale,  # noqa: E731
-                                                              dim ** -0.5, splits, split_counters=counters)
+                                                              dim ** -0.5, splits)
         ms = graph_time_ms(run)
         row[f"{name}_ms"] = round(ms, 5)
         row[f"{name}_TBps"] = round(kv_elems * k.element_size() / ms / 1e9, 3)
@@ -62,7 +61,7 @@ def decode_row(batch, context, page_size, dim=DIM):
                 reg_splits = plan_splits(batch, KV_HEADS, context, sms)  # what the cache plans with it
                 row["fp8_registers_num_splits"] = reg_splits
                 reg = lambda: torch.ops.fp8ext.paged_decode_attention(  # noqa: E731
-                    q, k, v, table, lens, scale, scale, dim ** -0.5, reg_splits, split_counters=counters)
+                    q, k, v, table, lens, scale, scale, dim ** -0.5, reg_splits)
                 with mock.patch.dict(os.environ, {"FP8EXT_DECODE_PIPELINE": "0"}):
                     row["fp8_registers_max_rel_error"] = error(reg)
                     reg_ms = graph_time_ms(reg)

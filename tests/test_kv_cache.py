@@ -284,17 +284,6 @@ def test_uncalibrated_fp8_cache_warns_and_calibrated_scales_are_used():
         PagedKVCache(1, 2, 64, 4, 16, E4M3, scales=[{"k_scale": 0.0, "v_scale": 1.0}])
 
 
-def test_plan_counters_are_zeros_made_once_per_plan():
-    cache = make_cache(pages=16, page_size=4)
-    fill(cache, [5, 9])
-    plan = cache.plan([0, 1])
-    assert plan.split_counters is None  # made at the first call that needs them
-    counters = plan.counters_for(6)
-    assert counters.dtype == torch.int32 and counters.tolist() == [0] * 12
-    assert plan.counters_for(6) is counters and plan.counters_for(3) is counters
-    assert plan.counters_for(8).numel() == 16  # more query heads: larger counters
-
-
 def test_plan_refills_in_place_for_graph_replay():
     cache = make_cache(pages=16, page_size=4)
     fill(cache, [5, 9])

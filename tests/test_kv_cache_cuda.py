@@ -43,14 +43,9 @@ def scattered_tables(lengths, page_size, num_pages, generator=None):
 
 
 def decode_on_cuda(q, k_pool, v_pool, args):
-    """paged_decode_attention on the GPU for CPU inputs (the reference's argument tuple after the pools),
-    with zeroed split counters as PagedKVCache passes them; the call must leave them zero."""
-    counters = torch.zeros(q.shape[0] * q.shape[1], dtype=torch.int32, device="cuda")
-    out = torch.ops.fp8ext.paged_decode_attention(q.cuda(), k_pool.cuda(), v_pool.cuda(),
-                                                  *(a.cuda() if isinstance(a, torch.Tensor) else a for a in args),
-                                                  split_counters=counters)
-    assert not counters.any()
-    return out
+    """paged_decode_attention on the GPU for CPU inputs (the reference's argument tuple after the pools)."""
+    return torch.ops.fp8ext.paged_decode_attention(q.cuda(), k_pool.cuda(), v_pool.cuda(),
+                                                   *(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
 
 
 @pytest.fixture(params=["pipelined", "registers"])
@@ -58,15 +53,6 @@ def decode_kernel(request, monkeypatch):
     """FP8 caches at head_dim 128 take the cp.async pipeline unless FP8EXT_DECODE_PIPELINE=0
     (read at each launch): the decode tests run both kernels."""
     monkeypatch.setenv("FP8EXT_DECODE_PIPELINE", "1" if request.param == "pipelined" else "0")
-    return request.param
-
-
-@pytest.fixture(params=["in_kernel", "second_kernel"])
-def split_merge(request, monkeypatch):
-    """Given counters, the pipelined FP8 kernel merges its splits itself (the last split of each
-    head) unless FP8EXT_DECODE_FUSED_MERGE=0 (read at each launch) sends them to the merge kernel:
-    the split tests run both merges (the other kernels always take the merge kernel)."""
-    monkeypatch.setenv("FP8EXT_DECODE_FUSED_MERGE", "1" if request.param == "in_kernel" else "0")
     return request.param
 
 
@@ -102,8 +88,7 @@ CASES = [  # (q heads, kv heads, head_dim, page_size)
 @pytest.mark.parametrize("q_heads,kv_heads,dim,page_size", CASES)
 @pytest.mark.parametrize("dtype", CACHE_DTYPES)
 @pytest.mark.parametrize("num_splits", [1, 3])
-def test_decode_matches_reference(q_heads, kv_heads, dim, page_size, dtype, num_splits, seed, decode_kernel,
-                                  split_merge):
+def test_decode_matches_reference(q_heads, kv_heads, dim, page_size, dtype, num_splits, seed, decode_kernel):
     lengths = [1, page_size - 1, page_size, page_size + 1, 700, 0]
     table, lens = scattered_tables(lengths, page_size, 64)
     k_pool, v_pool = (random_pool(64, page_size, kv_heads, dim, dtype) for _ in range(2))
@@ -121,7 +106,7 @@ def test_decode_matches_reference(q_heads, kv_heads, dim, page_size, dtype, num_
 
 
 @pytest.mark.parametrize("num_splits", [1, 4, 33])
-def test_long_sequence_split_kv_with_window_and_softcap(num_splits, seed, decode_kernel, split_merge):
+def test_long_sequence_split_kv_with_window_and_softcap(num_splits, seed, decode_kernel):
     page_size, heads, dim, n = 64, 2, 128, 9000
     table, lens = scattered_tables([n, 300], page_size, 200)
     k_pool, v_pool = (random_pool(200, page_size, heads, dim, E4M3) for _ in range(2))
@@ -135,7 +120,7 @@ def test_long_sequence_split_kv_with_window_and_softcap(num_splits, seed, decode
 
 
 @pytest.mark.parametrize("dim", [64, 128, 256])
-def test_merge_of_more_splits_than_it_prefetches(dim, seed, decode_kernel, split_merge):
+def test_merge_of_more_splits_than_it_prefetches(dim, seed, decode_kernel):
     """150 splits: past the merge's one-round prefetch (16 per thread: 128, 64 and 32
     splits at head_dim 64, 128 and 256), so its tail loop runs; empty splits included."""
     page_size, heads = 16, 2
@@ -150,7 +135,7 @@ def test_merge_of_more_splits_than_it_prefetches(dim, seed, decode_kernel, split
 
 
 @pytest.mark.parametrize("num_splits", [1, 3])
-def test_split_merge_with_very_negative_scores(num_splits, seed, decode_kernel, split_merge):
+def test_split_merge_with_very_negative_scores(num_splits, seed, decode_kernel):
     """Every score is -128 (each split's log2-sum-exp near -180): softmax is shift-invariant,
     so the output is the mean of V. A merge that takes max(0, lse) as its reference
     underflows every weight to 0 and returns 0 (the bug fixed in session 7)."""
@@ -167,7 +152,7 @@ def test_split_merge_with_very_negative_scores(num_splits, seed, decode_kernel, 
 
 
 @pytest.mark.parametrize("num_splits", [1, 3])
-def test_non_finite_values_propagate_as_in_the_reference(num_splits, seed, decode_kernel, split_merge):
+def test_non_finite_values_propagate_as_in_the_reference(num_splits, seed, decode_kernel):
     page_size, heads, dim = 16, 2, 64
     table, lens = scattered_tables([40, 40, 40, 40], page_size, 16)
     k_pool = random_pool(16, page_size, heads, dim, torch.bfloat16)
@@ -185,94 +170,6 @@ def test_non_finite_values_propagate_as_in_the_reference(num_splits, seed, decod
     assert torch.equal(torch.isnan(got), torch.isnan(want))
     finite = ~torch.isnan(want)
     assert rel(got[finite], want[finite]) < MMA_TOL[torch.bfloat16]
-
-
-def kernel_names(fn):
-    """The names of the CUDA kernels fn runs."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if "kernel" in e.name]
-
-
-def long_fp8_problem(batch=2, context=3000, heads=2, q_heads=8, dim=128, page_size=16):
-    table, lens = scattered_tables([context] * batch, page_size, batch * context // page_size + batch)
-    pools = [random_pool(table.max().item() + 1, page_size, heads, dim, E4M3).cuda() for _ in range(2)]
-    scale = torch.tensor(0.05, device="cuda")
-    q = torch.randn(batch, q_heads, dim, device="cuda")
-    return q, pools, table.cuda(), lens.cuda(), scale
-
-
-@pytest.mark.parametrize("spread", ["1", "0"])
-def test_counters_merge_fp8_splits_without_the_merge_kernel(spread, seed, monkeypatch):
-    """With counters the pipelined FP8 decode is one kernel (its last split of each head merges);
-    without them, with FP8EXT_DECODE_FUSED_MERGE=0 or with the register kernel, the merge
-    kernel runs; the outputs agree. FP8EXT_DECODE_SPREAD only changes the shared memory asked."""
-    monkeypatch.setenv("FP8EXT_DECODE_SPREAD", spread)
-    q, (k, v), table, lens, scale = long_fp8_problem()
-    counters = torch.zeros(q.shape[0] * q.shape[1], dtype=torch.int32, device="cuda")
-
-    def call(counters):
-        return torch.ops.fp8ext.paged_decode_attention(q, k, v, table, lens, scale, scale, 0.1, 12, 0, 0.0,
-                                                       split_counters=counters)
-
-    fused = kernel_names(lambda: call(counters))
-    assert any("decode_kernel" in n for n in fused) and not any("merge_kernel" in n for n in fused), fused
-    assert any("merge_kernel" in n for n in kernel_names(lambda: call(None)))
-    monkeypatch.setenv("FP8EXT_DECODE_FUSED_MERGE", "0")
-    assert any("merge_kernel" in n for n in kernel_names(lambda: call(counters)))
-    monkeypatch.delenv("FP8EXT_DECODE_FUSED_MERGE")
-    monkeypatch.setenv("FP8EXT_DECODE_PIPELINE", "0")
-    assert any("merge_kernel" in n for n in kernel_names(lambda: call(counters)))
-    assert not counters.any()
-    monkeypatch.delenv("FP8EXT_DECODE_PIPELINE")
-    for _ in range(3):  # each call leaves the counters zero for the next
-        assert rel(call(counters), call(None)) < 1e-6
-        assert not counters.any()
-
-
-def test_bad_split_counters_are_refused(seed):
-    q, (k, v), table, lens, scale = long_fp8_problem(batch=1)
-
-    def call(counters):
-        return torch.ops.fp8ext.paged_decode_attention(q, k, v, table, lens, scale, scale, 0.1, 4, 0, 0.0,
-                                                       split_counters=counters)
-
-    with pytest.raises(TypeError, match="split_counters must be int32"):
-        call(torch.zeros(8, dtype=torch.int64, device="cuda"))
-    with pytest.raises(ValueError, match="split_counters must be contiguous with at least 2 elements"):
-        call(torch.zeros(1, dtype=torch.int32, device="cuda"))
-    with pytest.raises(ValueError, match="split_counters must be on"):
-        call(torch.zeros(8, dtype=torch.int32))
-
-
-def test_plan_with_splits_replays_in_a_cuda_graph(seed):
-    """A plan long enough to split: the captured step merges in its kernel through the plan's
-    counters, replay after replay, as the eager call does."""
-    cache = fp8ext.PagedKVCache(1, 8, 128, 400, 16, E4M3, device="cuda", scales=[{"k_scale": 0.02, "v_scale": 0.02}])
-    for s, n in enumerate([3000, 2500]):
-        k = torch.randn(n, 8, 128, device="cuda")
-        cache.write(0, k, k * 0.5, cache.append(s, n))
-    plan = cache.plan([0, 1])
-    plan.block_table = torch.zeros(2, 200, dtype=torch.int32, device="cuda")  # room to grow
-    cache.plan([0, 1], out=plan)
-    assert plan.num_splits > 1
-    q = torch.randn(2, 32, 128, device="cuda")
-    cache.attention(0, q, plan)  # the counters are made here, outside the capture
-    assert plan.split_counters is not None and not plan.split_counters.any()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = cache.attention(0, q, plan)
-    for _ in range(3):
-        new = torch.randn(2, 8, 128, device="cuda")
-        cache.write(0, new, new, torch.cat([cache.append(s, 1) for s in range(2)]))
-        cache.plan([0, 1], out=plan)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert not plan.split_counters.any()
-        with pytest.MonkeyPatch.context() as mp:  # the same step through the merge kernel
-            mp.setenv("FP8EXT_DECODE_FUSED_MERGE", "0")
-            assert rel(out, cache.attention(0, q, plan)) < 1e-6
 
 
 def test_int64_tables_out_of_int32_range_give_nan(seed):

@@ -48,9 +48,6 @@ def op_cases(device):
         q = torch.randn(2, 8, 64, device=device, dtype=torch.bfloat16)
         yield torch.ops.fp8ext.paged_decode_attention.default, (
             q, k_cache, v_cache, table, lens, scale, scale, 0.125, 2, 0, 0.0)
-        counters = torch.zeros(2 * 8, device=device, dtype=torch.int32)  # the in-kernel merge's (left zero)
-        yield torch.ops.fp8ext.paged_decode_attention.default, (
-            q, k_cache, v_cache, table, lens, scale, scale, 0.125, 2, 0, 0.0, counters)
 
 
 def _opcheck(device):

@@ -14,14 +14,12 @@
 // Within one m16n8k16 step the order of the summed dimension is free, so each
 // thread's head-dim slice is a contiguous 16-byte load (the same permutation is
 // applied to Q). With num_splits > 1 each split writes its partial output and
-// log2-sum-exp, so one long sequence still fills the GPU; the partials are
-// merged by the last split of each head block to finish when the caller gives
-// counters (merge_if_last_split), else by a second kernel (merge_kernel).
+// log2-sum-exp and a second kernel merges them, so one long sequence still
+// fills the GPU.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -58,7 +56,6 @@ struct DecodeArgs {
   void* out;
   float* part_out;  // [batch, q_heads, splits, D] when num_splits > 1
   float* part_lse;  // [batch, q_heads, splits], log2 domain
-  int32_t* split_counters;  // [batch, kv_heads * head_blocks], zero; null: the merge kernel merges
 };
 
 using detail::from_float;
@@ -107,64 +104,6 @@ __device__ __forceinline__ int swizzled_piece(int t, int p) {
 // plan_splits (python/fp8ext/kv_cache.py) assumes it.
 constexpr int decode_min_blocks(CacheDType c, int d) {
   return d * ((c == CacheDType::kE4M3 || c == CacheDType::kE5M2) ? 1 : 2) <= 128 ? 3 : 1;
-}
-
-// The split merge without a second kernel. Each block, its partial written,
-// counts itself in its (sequence, head block)'s counter; the last of the
-// num_splits blocks to arrive resets the counter to zero (for the next launch)
-// and merges every split's partial from L2: thread t takes float4 column t of
-// the block's heads, over the splits in chunks of kChunk loaded together, with
-// an online max so the log-sum-exps need no pass of their own. Saves the merge
-// kernel's launch and its wait for the decode grid (bench/NOTES.md, session 20).
-template <typename Q, int D>
-__device__ __forceinline__ void merge_if_last_split(const DecodeArgs& a, int64_t first_head, int nh) {
-  __shared__ bool last;
-  __threadfence();  // this thread's partials reach L2 before the block counts itself
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t* counter = a.split_counters + first_head;  // one per head block: its first query head
-    last = atomicAdd(counter, 1) == a.num_splits - 1;
-    if (last) *counter = 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // the other splits' partials, counted before ours, are read after the count
-  constexpr int kCols = D / 4, kChunk = 16;
-  const int n = a.num_splits;
-  for (int col = threadIdx.x; col < nh * kCols; col += kThreads) {
-    const int64_t head = first_head + col / kCols;
-    const float* lse = a.part_lse + head * n;
-    const float4* part = reinterpret_cast<const float4*>(a.part_out + head * n * D) + col % kCols;
-    float mx = -INFINITY, den = 0.0f;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    bool nan = false;
-    for (int s0 = 0; s0 < n; s0 += kChunk) {
-      float l[kChunk];
-      float4 p[kChunk];
-#pragma unroll
-      for (int i = 0; i < kChunk; ++i) {  // L2 loads (ld.global.cg): the partials come from other SMs
-        l[i] = s0 + i < n ? __ldcg(lse + s0 + i) : -INFINITY;
-        p[i] = s0 + i < n ? __ldcg(part + int64_t{s0 + i} * kCols) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-      float chunk_mx = mx;
-#pragma unroll
-      for (int i = 0; i < kChunk; ++i) nan |= isnan(l[i]), chunk_mx = fmaxf(chunk_mx, l[i]);  // fmaxf skips NaNs
-      if (chunk_mx == -INFINITY) continue;  // every split so far is empty
-      const float r = exp2f(mx - chunk_mx);  // 0 while mx is -inf (acc and den are 0 then)
-      den *= r, acc.x *= r, acc.y *= r, acc.z *= r, acc.w *= r;
-      mx = chunk_mx;
-#pragma unroll
-      for (int i = 0; i < kChunk; ++i) {
-        const float w = exp2f(l[i] - mx);  // 0 for an empty split (lse -inf)
-        den += w;
-        acc.x = fmaf(w, p[i].x, acc.x), acc.y = fmaf(w, p[i].y, acc.y);
-        acc.z = fmaf(w, p[i].z, acc.z), acc.w = fmaf(w, p[i].w, acc.w);
-      }
-    }
-    auto value = [&](float x) { return from_float<Q>(nan ? NAN : (den > 0.0f ? x / den : 0.0f)); };  // all empty: 0
-    Q* out = static_cast<Q*>(a.out) + head * D + 4 * (col % kCols);
-    out[0] = value(acc.x), out[1] = value(acc.y), out[2] = value(acc.z), out[3] = value(acc.w);
-  }
 }
 
 // Fragment layouts: decode_step.cuh.
@@ -397,12 +336,6 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
       if (d == 0) a.part_lse[head * a.num_splits + split] = bad_block ? NAN : (den != 0.0f ? mx + log2f(den) : -INFINITY);
     }
   }
-  // Only the pipelined kernel merges in place: its launch spreads a one-wave grid
-  // evenly (launch_pipelined). The others keep the merge kernel; in the 16-bit
-  // caches' head_dim-128 kernels the merge code cost two registers (168 -> 170,
-  // two blocks per SM instead of three).
-  if constexpr (kPipelined)
-    if (a.num_splits > 1 && a.split_counters != nullptr) merge_if_last_split<Q, D>(a, b * a.q_heads + h0, nh);
 }
 
 // out = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse_s - max lse): one block per
@@ -480,72 +413,28 @@ inline bool decode_pipeline_enabled() {
   return !(v && std::strcmp(v, "0") == 0);
 }
 
-// FP8EXT_DECODE_FUSED_MERGE=0 ignores the caller's counters and merges the
-// splits in the second kernel (read at each launch: one process can A/B both).
-inline bool fused_merge_enabled() {
-  const char* v = std::getenv("FP8EXT_DECODE_FUSED_MERGE");
-  return !(v && std::strcmp(v, "0") == 0);
-}
-
-// FP8EXT_DECODE_SPREAD=0 launches the pipelined kernel with its own shared
-// memory only (read at each launch, for A/B runs).
-inline bool spread_enabled() {
-  const char* v = std::getenv("FP8EXT_DECODE_SPREAD");
-  return !(v && std::strcmp(v, "0") == 0);
-}
-
-// What launch_pipelined needs to know of the kernel and the device, once per (Q, C) and device.
-struct PipelinedLaunchInfo {
-  bool ready = false;
-  int sm_bytes = 0, reserved = 0, static_bytes = 0, max_dynamic = 0;
-};
-
-// Dynamic shared memory for a pipelined grid of `blocks`. Where the grid
-// fills the SMs to c < 3 blocks each, the block asks for enough that a
-// (c+1)-th cannot fit: with PDL the next kernel launches while this one runs,
-// and without that cap its blocks took the free slots of whichever SMs
-// freed first (three blocks on half the SMs, one on the rest): the next
-// decode of a batch-1 step ran 20-25% slower (H200, session 20).
-size_t pipelined_smem_bytes(int64_t blocks, const PipelinedLaunchInfo& info) {
-  const int64_t sms = current_device_info().sm_count;
-  const int64_t per_sm = (blocks + sms - 1) / sms;
-  if (!spread_enabled() || per_sm >= 3 || info.sm_bytes == 0) return kPipelineSmemBytes;
-  const int64_t cap = info.sm_bytes / (per_sm + 1) - info.reserved - info.static_bytes + 128;
-  return static_cast<size_t>(std::clamp<int64_t>(cap, kPipelineSmemBytes, info.max_dynamic));
-}
-
 // Launches the pipelined decode kernel for (Q, C) with its 64 KB of dynamic
-// shared memory or more (pipelined_smem_bytes; opted into once per kernel,
-// device and host thread, with the carveout that leaves room for three blocks
-// per SM), with PDL when it is on.
+// shared memory (opted into once per kernel, device and host thread, with the
+// carveout that leaves room for three blocks per SM), with PDL when it is on.
 template <typename Q, CacheDType C>
 cudaError_t launch_pipelined(dim3 grid, cudaStream_t stream, const DecodeArgs& a) {
   constexpr auto kernel = decode_kernel<Q, C, 128, true>;
   constexpr int kMaxDevices = 64;
-  thread_local PipelinedLaunchInfo infos[kMaxDevices];  // one array per (Q, C): a template's own static
+  thread_local bool opted_in[kMaxDevices] = {};  // one array per (Q, C): a template's own static
   const int device = current_device_info().device;
-  PipelinedLaunchInfo local;
-  PipelinedLaunchInfo& info = device < kMaxDevices ? infos[device] : local;
-  if (!info.ready) {
-    cudaFuncAttributes attrs = {};
-    int optin = 0;
-    cudaError_t err = cudaFuncGetAttributes(&attrs, kernel);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&info.sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&info.reserved, cudaDevAttrReservedSharedMemoryPerBlock, device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    info.static_bytes = static_cast<int>(attrs.sharedSizeBytes);
-    info.max_dynamic = std::max(static_cast<int>(kPipelineSmemBytes), optin - info.static_bytes);
-    if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, info.max_dynamic);
+  if (device >= kMaxDevices || !opted_in[device]) {
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kPipelineSmemBytes));
     if (err == cudaSuccess)
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (err != cudaSuccess) return err;
-    info.ready = true;
+    if (device < kMaxDevices) opted_in[device] = true;
   }
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = pipelined_smem_bytes(int64_t{grid.x} * grid.y * grid.z, info);
+  config.dynamicSmemBytes = kPipelineSmemBytes;
   config.stream = stream;
   config.attrs = attr;
   config.numAttrs = pdl_attribute(attr[0]);
@@ -560,18 +449,15 @@ cudaError_t launch_typed(const DecodeArgs& a, int64_t batch, int64_t head_dim, c
   auto run = [&](auto dim) -> cudaError_t {
     constexpr int D = decltype(dim)::value;
     cudaError_t err = cudaSuccess;
-    bool merged = false;  // by the decode kernel itself (the pipelined one, given counters)
     if constexpr (pipelined_decode(C, D)) {
-      if (decode_pipeline_enabled()) {
+      if (decode_pipeline_enabled())
         err = launch_pipelined<Q, C>(grid, stream, a);
-        merged = a.split_counters != nullptr;
-      } else {
+      else
         err = launch(decode_kernel<Q, C, D, false>, grid, dim3(kThreads), stream, a);
-      }
     } else {
       err = launch(decode_kernel<Q, C, D, false>, grid, dim3(kThreads), stream, a);
     }
-    if (err == cudaSuccess && a.num_splits > 1 && !merged)
+    if (err == cudaSuccess && a.num_splits > 1)
       err = launch(merge_kernel<Q, D>, merge_grid, dim3(kThreads), stream, a);
     return err;
   };
@@ -595,13 +481,6 @@ cudaError_t launch_for_query(const DecodeArgs& a, CacheDType c, int64_t batch, i
 }
 
 }  // namespace
-
-int64_t paged_decode_counter_count(const DecodeProblem& p) {
-  const int64_t kv_heads = p.k.num_kv_heads;
-  if (kv_heads < 1 || p.num_q_heads % kv_heads != 0) return 0;
-  const int64_t group = p.num_q_heads / kv_heads;
-  return p.batch * kv_heads * ((group + kMaxHeads - 1) / kMaxHeads);
-}
 
 size_t paged_decode_workspace_bytes(const DecodeProblem& p) {
   if (p.num_splits <= 1) return 0;
@@ -629,8 +508,7 @@ cudaError_t paged_decode_attention(const DecodeProblem& p, void* workspace, cuda
                      p.k.num_pages, p.k.page_size, kv_heads, p.num_q_heads, group, head_blocks,
                      p.k_scale.data, p.v_scale.data, p.k_scale.per_head, p.v_scale.per_head,
                      p.block_table, p.max_pages, p.seq_lens, p.softmax_scale, p.softcap, p.num_splits, p.window,
-                     p.out, part_out, part_lse,
-                     p.num_splits > 1 && fused_merge_enabled() ? p.split_counters : nullptr};
+                     p.out, part_out, part_lse};
   switch (p.q_dtype) {
     case DType::kFloat32: return launch_for_query<float>(a, p.k.dtype, p.batch, dim, stream);
     case DType::kFloat16: return launch_for_query<__half>(a, p.k.dtype, p.batch, dim, stream);

@@ -79,15 +79,10 @@ TORCH_LIBRARY(fp8ext, m) {
   // [B, max_pages] up to seq_lens [B]; num_splits splits each sequence's KV
   // (planned on the host, so the captured kernel's grid is fixed); window > 0
   // keeps the last `window` tokens; softcap > 0 caps the logits with tanh.
-  // split_counters (CUDA, int32 zeros, one per (sequence, query head) is
-  // enough): the pipelined FP8 kernel (head_dim 128) merges the splits itself
-  // instead of a second kernel; other kernels ignore them. Not declared
-  // mutated: the kernel counts in them and leaves them zero, so their value
-  // never changes (an optional mutated argument broke inductor in torch 2.11).
   m.def(
       "paged_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, Tensor seq_lens, "
       "Tensor k_scale, Tensor v_scale, float softmax_scale, int num_splits=1, int window=0, "
-      "float softcap=0.0, Tensor? split_counters=None) -> Tensor");
+      "float softcap=0.0) -> Tensor");
 }
 
 extern "C" PyObject* PyInit__C(void) {

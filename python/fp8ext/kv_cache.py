@@ -110,18 +110,6 @@ class DecodePlan:
     block_table: torch.Tensor  # [batch, max_pages] int32; unused entries 0
     seq_lens: torch.Tensor  # [batch] int32
     num_splits: int
-    split_counters: torch.Tensor | None = None  # int32 zeros for the CUDA kernel's in-kernel split merge
-
-    def counters_for(self, num_q_heads: int) -> torch.Tensor:
-        """The decode kernel's split counters (one per sequence and query head),
-        made at the first call on this plan and left zero by every call, so a
-        captured step needs no memset: the last split of each head merges the
-        partial outputs in the same kernel. Calls on one plan must not overlap
-        (one stream), as its block table is shared too."""
-        need = self.block_table.shape[0] * num_q_heads
-        if self.split_counters is None or self.split_counters.numel() < need:
-            self.split_counters = torch.zeros(need, dtype=torch.int32, device=self.block_table.device)
-        return self.split_counters
 
 
 class PagedKVCache:
@@ -281,11 +269,9 @@ class PagedKVCache:
         """Decode attention of q [batch, H_q, D] (one token per sequence of the plan) over the cache."""
         self._check_layer(layer)
         scale = softmax_scale if softmax_scale is not None else self.head_dim ** -0.5
-        counters = plan.counters_for(q.shape[1]) if plan.num_splits > 1 and q.is_cuda and q.dim() == 3 else None
         return torch.ops.fp8ext.paged_decode_attention(q, self.k[layer], self.v[layer], plan.block_table,
                                                        plan.seq_lens, self.k_scale[layer], self.v_scale[layer],
-                                                       float(scale), plan.num_splits, window, float(softcap),
-                                                       counters)
+                                                       float(scale), plan.num_splits, window, float(softcap))
 
     def _check_layer(self, layer) -> None:
         if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.num_layers:

@@ -62,7 +62,6 @@ def main():
         q = torch.randn(batch, Q_HEADS, DIM, device="cuda", dtype=torch.bfloat16)
         one = torch.ones((), device="cuda")
         lens = torch.full((batch,), context, device="cuda", dtype=torch.int32)
-        counters = torch.zeros(batch * Q_HEADS, device="cuda", dtype=torch.int32)  # as PagedKVCache passes them
         for name in args.dtypes:
             planned = plan_splits(batch, KV_HEADS, context, sms, pipelined=name != "bf16")  # FP8 at DIM 128
             (k, v), tables, nbytes = copies_of_cache(batch, context, DTYPES[name])
@@ -74,7 +73,7 @@ def main():
                 apply_env(assignment, env_vars)
                 ms = graph_time_rotating_ms(
                     lambda table, s=splits: torch.ops.fp8ext.paged_decode_attention(
-                        q, k, v, table, lens, one, one, DIM ** -0.5, s, split_counters=counters), tables)
+                        q, k, v, table, lens, one, one, DIM ** -0.5, s), tables)
                 rounds[st].setdefault(splits, []).append(ms * 1e3)
                 timings[st][splits] = round(statistics.median(rounds[st][splits]), 2)
             apply_env({}, env_vars)

@@ -68,12 +68,6 @@ struct DecodeProblem {
   int window;      // > 0: attend to the last `window` tokens only
   float softcap;   // > 0: logits become softcap * tanh(logits / softcap)
   void* out;       // [batch, num_q_heads, head_dim], q_dtype
-  // num_splits > 1: paged_decode_counter_count(p) int32 zeros, which the call
-  // leaves zero; the pipelined FP8 kernel's last split of each head block then
-  // merges the partials in the same kernel (other kernels ignore them). Null:
-  // a second kernel merges them. Calls that share counters must not overlap
-  // (one stream, or ordered by events).
-  int32_t* split_counters = nullptr;
 };
 
 // A sequence whose length exceeds its table or whose pages lie outside the
@@ -81,7 +75,6 @@ struct DecodeProblem {
 // num_splits > 1 the workspace (paged_decode_workspace_bytes) must be 16-byte
 // aligned.
 size_t paged_decode_workspace_bytes(const DecodeProblem& p);
-int64_t paged_decode_counter_count(const DecodeProblem& p);  // batch x KV heads x blocks of <= 8 query heads
 cudaError_t paged_decode_attention(const DecodeProblem& p, void* workspace, cudaStream_t stream);
 
 }  // namespace fp8ext::cuda

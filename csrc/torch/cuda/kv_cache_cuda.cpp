@@ -152,8 +152,7 @@ at::Tensor kv_cache_write_rotary_cuda(const at::Tensor& qkv, const at::Tensor& c
 at::Tensor paged_decode_attention_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                        const at::Tensor& block_table, const at::Tensor& seq_lens,
                                        const at::Tensor& k_scale, const at::Tensor& v_scale, double softmax_scale,
-                                       int64_t num_splits, int64_t window, double softcap,
-                                       const std::optional<at::Tensor>& split_counters) {
+                                       int64_t num_splits, int64_t window, double softcap) {
   const auto [k_pool, v_pool] = pools(k_cache, v_cache);
   const int64_t heads = k_pool.num_kv_heads, dim = k_pool.head_dim;
   TORCH_CHECK_VALUE(q.dim() == 3 && q.size(2) == dim, "q must be [batch, num_q_heads, ", dim,
@@ -189,15 +188,6 @@ at::Tensor paged_decode_attention_cuda(const at::Tensor& q, const at::Tensor& k_
                         table.data_ptr<int32_t>(), table.size(1), lens.data_ptr<int32_t>(),
                         static_cast<float>(softmax_scale), static_cast<int>(num_splits), static_cast<int>(window),
                         static_cast<float>(softcap), out.data_ptr()};
-  if (split_counters.has_value()) {
-    const at::Tensor& c = *split_counters;
-    const int64_t need = cuda::paged_decode_counter_count(p);
-    TORCH_CHECK_TYPE(c.scalar_type() == at::kInt, "split_counters must be int32, got ", c.scalar_type());
-    TORCH_CHECK_VALUE(c.is_contiguous() && c.numel() >= need, "split_counters must be contiguous with at least ",
-                      need, " elements (batch x num_kv_heads x blocks of 8 query heads), got ", c.sizes());
-    check_device(c, "split_counters", k_cache);
-    if (num_splits > 1) p.split_counters = c.data_ptr<int32_t>();
-  }
   const size_t bytes = cuda::paged_decode_workspace_bytes(p);
   at::Tensor workspace = at::empty({static_cast<int64_t>(bytes)}, q.options().dtype(at::kByte));
   check_launch(cuda::paged_decode_attention(p, bytes ? workspace.data_ptr() : nullptr, stream_of(k_cache)),

@@ -94,7 +94,7 @@ def _kv_cache_write_rotary(qkv, cos, sin, k_cache, v_cache, slot_mapping, k_scal
 
 @torch.library.register_fake("fp8ext::paged_decode_attention")
 def _paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, softmax_scale,
-                            num_splits=1, window=0, softcap=0.0, split_counters=None):
+                            num_splits=1, window=0, softcap=0.0):
     return q.new_empty(q.shape)
 
 

@@ -155,8 +155,7 @@ def gather(cache: torch.Tensor, scale: torch.Tensor, pages: torch.Tensor, length
 
 
 def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, softmax_scale,
-                           num_splits=1, window=0, softcap=0.0, split_counters=None):
-    # split_counters serve the CUDA kernel's in-kernel merge; the reference has no splits to merge.
+                           num_splits=1, window=0, softcap=0.0):
     check_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, num_splits, window, softcap)
     num_pages, page_size, heads, dim = k_cache.shape
     _check_pages(block_table, seq_lens, num_pages, page_size)
