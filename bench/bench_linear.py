@@ -26,7 +26,7 @@ from torch import nn
 import fp8ext
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import graph_time_ms, graph_time_rotating_ms, print_table, write_results  # noqa: E402
+from benchlib import graph_time_ms, graph_time_rotating_ms, print_table, relative_error, write_results  # noqa: E402
 
 LAYER = [("qkv", 4096, 6144), ("o", 4096, 4096), ("gate_up", 4096, 28672), ("down", 14336, 4096)]
 M_ALL = [16, 128, 1024, 4096]
@@ -127,7 +127,7 @@ def main():
             ref = [torch.nn.functional.linear(x, lin.weight) for x, lin in zip(xs, base[0].linears)]
             with torch.no_grad():
                 got = stacks[0](xs)
-            err = max(((g.float() - r.float()).norm() / r.float().norm()).item() for g, r in zip(got, ref))
+            err = max(relative_error(g, r) for g, r in zip(got, ref))
             if not err < 0.1:
                 raise AssertionError(f"{name} M={m}: error {err:.3f} against bf16")
             with torch.no_grad():

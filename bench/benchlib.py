@@ -167,9 +167,10 @@ def apply_env(assignment: dict, named) -> None:
     os.environ.update(assignment)
 
 
-def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
-    """||got - ref|| / ||ref|| (Frobenius, in float32)."""
-    return ((got.float() - ref.float()).norm() / ref.float().norm()).item()
+def relative_error(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype = torch.float32) -> float:
+    """||got - ref|| / ||ref|| (Frobenius, computed in `dtype`)."""
+    got, ref = got.to(dtype), ref.to(dtype)
+    return ((got - ref).norm() / ref.norm()).item()
 
 
 def same_output(got: torch.Tensor, ref: torch.Tensor, exact: bool) -> bool:

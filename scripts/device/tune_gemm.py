@@ -34,7 +34,7 @@ def child(config: str, shapes: list, anchor: bool) -> list:
 
     import fp8ext
     sys.path.insert(0, os.path.join(ROOT, "bench"))
-    from benchlib import graph_time_ms, time_ms
+    from benchlib import graph_time_ms, relative_error, time_ms
 
     f8 = torch.float8_e4m3fn
     rows = []
@@ -58,7 +58,7 @@ def child(config: str, shapes: list, anchor: bool) -> list:
                                     use_fast_accum=fast)
 
         ref = (a.double() * sa[:, None].double()) @ (ws[0].double() * sb[:, None].double()).t()
-        err = lambda d: ((d.double() - ref).norm() / ref.norm()).item()  # noqa: E731
+        err = lambda d: relative_error(d, ref, torch.float64)  # noqa: E731
         state["i"] = 0
         row = {"shape": f"{m}x{n}x{k}", "config": config, "err": err(ours())}
         timer = (lambda f: graph_time_ms(f, calls=max(20, copies))) if m <= 128 else time_ms
