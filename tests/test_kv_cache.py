@@ -246,14 +246,16 @@ def test_sliding_window_and_softcap(seed):
 def test_fp8_cache_error_e4m3_below_e5m2(seed):
     """Attention-output error of the cache formats against float64 on the
     unquantized K/V: keys with four outlier channels 10x the rest, per-head
-    scales from the amax, 512 tokens. Seeds 0-7 gave E4M3 5.9-10.3%, E5M2
-    13-27%, bf16 0.5-0.7% (E4M3 has one more mantissa bit than E5M2)."""
-    heads, dim, n = 2, 128, 512
+    scales from the amax, 512 tokens, 8 KV heads and 8 queries (one query over
+    2 heads failed E4M3 < E5M2 for 1 seed in 200: too few draws). Seeds 0-7
+    gave E4M3 8.0-10.7%, E5M2 15.9-19.4%, bf16 0.54-0.68% (E4M3 has one more
+    mantissa bit than E5M2); over seeds 0-199 E4M3 / E5M2 was at most 0.67."""
+    heads, dim, n, queries = 8, 128, 512, 8
     k = torch.randn(n, heads, dim)
     k[..., :4] *= 10
     v = torch.randn(n, heads, dim)
-    q = torch.randn(1, 8, dim)
-    want = attention_f64(q[0], k.double(), v.double(), dim ** -0.5)
+    q = torch.randn(queries, 4 * heads, dim)
+    want = torch.stack([attention_f64(q[i], k.double(), v.double(), dim ** -0.5) for i in range(queries)])
     errors = {}
     for dtype in (E4M3, E5M2, torch.bfloat16):
         if dtype == torch.bfloat16:
@@ -263,7 +265,9 @@ def test_fp8_cache_error_e4m3_below_e5m2(seed):
             scales = [{"k_scale": k.abs().amax(dim=(0, 2)) / top, "v_scale": v.abs().amax(dim=(0, 2)) / top}]
         cache = PagedKVCache(1, heads, dim, 64, 16, dtype, scales=scales)
         cache.write(0, k, v, cache.append(0, n))
-        errors[dtype] = rel(cache.attention(0, q, cache.plan([0]))[0], want)
+        plan = cache.plan([0])
+        got = torch.stack([cache.attention(0, q[i:i + 1], plan)[0] for i in range(queries)])
+        errors[dtype] = rel(got, want)
     print({str(d): round(e, 4) for d, e in errors.items()})
     assert errors[torch.bfloat16] < 0.02 < errors[E4M3] < errors[E5M2], errors
     assert errors[E4M3] < 0.25 and errors[E5M2] < 0.5, errors
