@@ -93,7 +93,7 @@ int64_t tiles(const ScaledMmProblem& p, int64_t tile_m, int64_t tile_n) {
 //   tile is slower than the 64x16 one at M <= 16), 64x4096x4096 8.8 -> 9.5,
 //   128x4096x4096 10.3 -> 11.5, 128x6144x4096 13.9 -> 14.6, 128x8192x8192
 //   29.6 -> 30.0 (2 slices of 4096).
-constexpr int kMaxSplits = gemm::kMaxSplitK;
+using gemm::kMaxSplitK;
 
 // Which fp32 kernel runs the slices (its batch mode, gemm::SplitKPartials):
 // swap-AB 64x64 tiles up to M = 64, 128x128 tiles in 1x2 clusters above
@@ -119,14 +119,14 @@ int split_k_rule(const ScaledMmProblem& p) {
 
 // FP8EXT_GEMM_SPLITS (read at each call, for tuning in one process): a count
 // forces it wherever kSplitK runs (kAuto: 16 < M <= 128; 1: never split; at
-// most kMaxSplits, fewer where K does not divide, see split_k_count); unset,
+// most kMaxSplitK, fewer where K does not divide, see split_k_count); unset,
 // "auto" or anything but a whole positive number: the rule.
 int split_k_setting() {
   const char* v = std::getenv("FP8EXT_GEMM_SPLITS");
   if (!v || !*v) return 0;
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
-  return *end == '\0' && n >= 1 ? static_cast<int>(std::min<long>(n, kMaxSplits)) : 0;
+  return *end == '\0' && n >= 1 ? static_cast<int>(std::min<long>(n, kMaxSplitK)) : 0;
 }
 
 // Slices kSplitK cuts K into (1: the problem runs whole, as kAuto would
@@ -253,7 +253,7 @@ int resolve_split_k(const ScaledMmProblem& p, GemmConfig& config) {
 cudaError_t run_split_k(const ScaledMmProblem& p, int splits, void* workspace, size_t workspace_bytes,
                         cudaStream_t stream) {
   // The partials are the TMA store's destination and the sum's 16-byte loads.
-  if (splits < 2 || splits > kMaxSplits || !aligned16(workspace)) return cudaErrorInvalidValue;
+  if (splits < 2 || splits > kMaxSplitK || !aligned16(workspace)) return cudaErrorInvalidValue;
   const size_t partial_bytes = split_k_partial_bytes(p, splits);
   auto* partials = static_cast<float*>(workspace);
   const cudaError_t err = with_split_kernel(p, [&](auto kernel) {

@@ -12,7 +12,6 @@ namespace fp8ext::cuda::gemm {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxSplits = kMaxSplitK;
 
 template <typename T>
 struct Out4;  // four outputs, stored at once
@@ -60,13 +59,13 @@ __global__ void __launch_bounds__(kThreads) reduce_split_k_kernel(const float* _
   for (int64_t q = blockIdx.x * int64_t{kThreads} + threadIdx.x; q < m * quads; q += int64_t{gridDim.x} * kThreads) {
     const int64_t row = q / quads, col = (q % quads) * 4;
     const float* p = partials + row * n + col;
-    float4 part[kMaxSplits];
+    float4 part[kMaxSplitK];
 #pragma unroll
-    for (int s = 0; s < kMaxSplits; ++s)
+    for (int s = 0; s < kMaxSplitK; ++s)
       if (s < splits) part[s] = __ldcs(reinterpret_cast<const float4*>(p + s * slice));
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int s = 0; s < kMaxSplits; ++s) {
+    for (int s = 0; s < kMaxSplitK; ++s) {
       if (s >= splits) break;
       v[0] += part[s].x, v[1] += part[s].y, v[2] += part[s].z, v[3] += part[s].w;
     }
@@ -88,7 +87,7 @@ cudaError_t launch_reduce(const float* partials, int splits, int64_t m, int64_t 
 
 cudaError_t reduce_split_k(const float* partials, int splits, int64_t m, int64_t n, const void* bias, void* d,
                            DType d_dtype, int64_t ldd, cudaStream_t stream) {
-  if (splits < 1 || splits > kMaxSplits || m <= 0 || n <= 0 || n % 4 != 0 || ldd % 4 != 0 || ldd < n)
+  if (splits < 1 || splits > kMaxSplitK || m <= 0 || n <= 0 || n % 4 != 0 || ldd % 4 != 0 || ldd < n)
     return cudaErrorInvalidValue;
   switch (d_dtype) {
     case DType::kFloat32: return launch_reduce<float>(partials, splits, m, n, bias, d, ldd, stream);
