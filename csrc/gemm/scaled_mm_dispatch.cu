@@ -153,11 +153,17 @@ auto with_split_kernel(const ScaledMmProblem& p, Fn&& fn) {
   return fn(gemm::SplitKPartials<E4, E4, GemmConfig::kLargeClusterN>{});
 }
 
+bool is_swap_cluster(GemmConfig c) {
+  return c == GemmConfig::kSwapSmallCluster2 || c == GemmConfig::kSwapSmallCluster4 ||
+         c == GemmConfig::kSwapMediumCluster2 || c == GemmConfig::kSwapNarrowPair;
+}
+
 // The configurations instantiated for each type combination (see the header).
 bool has_config(const ScaledMmProblem& p, GemmConfig c) {
   const bool e4m3 = p.a_format == Fp8Format::kE4M3 && p.b_format == Fp8Format::kE4M3;
   if (c == GemmConfig::kGemv || c == GemmConfig::kSplitK) return e4m3;
-  if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN)
+  if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN ||
+      is_swap_cluster(c))
     return e4m3 && p.d_dtype == DType::kBFloat16;
   if (e4m3 && p.d_dtype != DType::kFloat32) return c != GemmConfig::kAuto;
   if (e4m3) return c == GemmConfig::kLarge || c == GemmConfig::kSwapMedium;
@@ -187,6 +193,10 @@ bool with_kernel(const ScaledMmProblem& p, GemmConfig c, Fn&& fn) {
         if (c == GemmConfig::kWideFastAccum) fn(Kernel<E4, E4, D, GemmConfig::kWideFastAccum>{});
         if (c == GemmConfig::kLargeN192) fn(Kernel<E4, E4, D, GemmConfig::kLargeN192>{});
         if (c == GemmConfig::kLargeClusterN) fn(Kernel<E4, E4, D, GemmConfig::kLargeClusterN>{});
+        if (c == GemmConfig::kSwapSmallCluster2) fn(Kernel<E4, E4, D, GemmConfig::kSwapSmallCluster2>{});
+        if (c == GemmConfig::kSwapSmallCluster4) fn(Kernel<E4, E4, D, GemmConfig::kSwapSmallCluster4>{});
+        if (c == GemmConfig::kSwapMediumCluster2) fn(Kernel<E4, E4, D, GemmConfig::kSwapMediumCluster2>{});
+        if (c == GemmConfig::kSwapNarrowPair) fn(Kernel<E4, E4, D, GemmConfig::kSwapNarrowPair>{});
       }
     };
     switch (p.d_dtype) {
@@ -280,6 +290,10 @@ const char* gemm_config_name(GemmConfig config) {
     case GemmConfig::kLargeClusterN: return "large_128x128_coop_cluster_1x2";
     case GemmConfig::kGemv: return "gemv_cuda_cores";
     case GemmConfig::kSplitK: return "split_k";
+    case GemmConfig::kSwapSmallCluster2: return "swap_ab_64x16_cluster_2x1";
+    case GemmConfig::kSwapSmallCluster4: return "swap_ab_64x16_cluster_4x1";
+    case GemmConfig::kSwapMediumCluster2: return "swap_ab_64x64_cluster_2x1";
+    case GemmConfig::kSwapNarrowPair: return "swap_ab_64x8_cluster_1x2";
   }
   return "unknown";
 }

@@ -1,0 +1,75 @@
+"""Decode-sized FP8 GEMMs: the swap-AB kernels in thread-block clusters
+(swap_small_c2/_c4, swap_medium_c2, swap_narrow_pair: cuBLASLt's shapes at
+these M, seen with gemm_kernel_names.py) against what "auto" runs now and
+against cuBLASLt per-tensor, in one process: every variant's graph (20 calls,
+weights rotated past L2) timed in alternating bursts, row-wise scales for ours
+(FP8Linear's recipe), outputs checked against cuBLAS once.
+
+    python scripts/device/ab_swap_clusters.py --out DIR
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+import torch
+
+import fp8ext
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from benchlib import capture_graph, relative_error, rotating, time_interleaved_ms, write_results  # noqa: E402
+
+F8 = torch.float8_e4m3fn
+L2_BYTES = 60 * 2**20
+NK = {"8b_qkv": (6144, 4096), "8b_o": (4096, 4096), "8b_gate_up": (28672, 4096), "8b_down": (4096, 14336),
+      "70b_o": (8192, 8192)}
+CONFIGS = {16: ["auto", "swap_small_c2", "swap_small_c4", "swap_narrow_pair"],
+           64: ["auto", "swap_medium_c2"],
+           128: ["auto", "swap_medium", "swap_medium_c2"]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--ms", type=int, nargs="+", default=list(CONFIGS))
+    args = ap.parse_args()
+    rows = []
+    for layer, (n, k) in NK.items():
+        copies = max(1, math.ceil(2 * L2_BYTES / (n * k)))
+        ws = [(torch.randn(n, k, device="cuda") * 2).to(F8) for _ in range(copies)]
+        for m in args.ms:
+            a = (torch.randn(m, k, device="cuda") * 2).to(F8)
+            sa, sb = torch.rand(m, device="cuda") * 0.1 + 0.01, torch.rand(n, device="cuda") * 0.1 + 0.01
+            one = torch.tensor(0.05, device="cuda")
+            ref = torch._scaled_mm(a, ws[0].t(), scale_a=sa[:, None], scale_b=sb[None, :], out_dtype=torch.bfloat16)
+            names, calls = [], []
+            for config in CONFIGS[m]:
+                fn = lambda w, c=config: fp8ext.scaled_mm(a, w, sa, sb, config=c)  # noqa: E731
+                err = relative_error(fn(ws[0]), ref)
+                if not err < 1e-2:
+                    raise AssertionError(f"{layer} M={m} {config}: differs from cuBLAS by {err:.2e}")
+                names.append(config)
+                calls.append(fn)
+            names.append("cublas per-tensor")
+            calls.append(lambda w: torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+            graphs = []
+            for fn in calls:
+                call, reps = rotating(fn, ws)
+                graphs.append(capture_graph(call, reps))
+            times, rounds = time_interleaved_ms(graphs)
+            us = {name: round(1000 * t / reps, 2) for name, t in zip(names, times)}
+            auto_rounds = rounds[0]
+            row = {"op": "swap_cluster_ab", "layer": layer, "shape": [m, n, k], "us": us,
+                   "vs_auto_median_ratio": {name: round(sorted(a_ / o for a_, o in zip(auto_rounds, r))[len(r) // 2], 3)
+                                            for name, r in zip(names, rounds)},
+                   "weight_TBps": {name: round(n * k / (t * 1e-6) / 1e12, 3) for name, t in us.items()},
+                   "timing": "cuda-graph of 20 calls, weights rotated past L2, interleaved bursts"}
+            rows.append(row)
+            print(f"{layer:11s} M={m:4d} " + "  ".join(f"{k_}={v}" for k_, v in us.items()), flush=True)
+        write_results(args.out, "swap_cluster_ab", rows)
+
+
+if __name__ == "__main__":
+    main()
