@@ -28,13 +28,21 @@ NK = {"8b_qkv": (6144, 4096), "8b_o": (4096, 4096), "8b_gate_up": (28672, 4096),
 CONFIGS = {16: ["auto", "swap_small_c2", "swap_small_c4", "swap_narrow_pair"],
            64: ["auto", "swap_medium_c2"],
            128: ["auto", "swap_medium", "swap_medium_c2"]}
+# --promotion-sweep: FP8EXT_GEMM_PROMOTION (MMAs of K = 32 between fp32 promotions,
+# read once per process) is set by the caller; these configs are timed under it.
+SWEEP_CONFIGS = {16: ["auto", "swap_small_c4", "swap_narrow_pair"], 64: ["auto"],
+                 128: ["auto", "swap_medium", "medium"]}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--ms", type=int, nargs="+", default=list(CONFIGS))
+    ap.add_argument("--promotion-sweep", action="store_true",
+                    help="time SWEEP_CONFIGS and record each one's error against float64")
     args = ap.parse_args()
+    configs = SWEEP_CONFIGS if args.promotion_sweep else CONFIGS
+    promotion = os.environ.get("FP8EXT_GEMM_PROMOTION", "built-in")
     rows = []
     for layer, (n, k) in NK.items():
         copies = max(1, math.ceil(2 * L2_BYTES / (n * k)))
@@ -44,12 +52,18 @@ def main():
             sa, sb = torch.rand(m, device="cuda") * 0.1 + 0.01, torch.rand(n, device="cuda") * 0.1 + 0.01
             one = torch.tensor(0.05, device="cuda")
             ref = torch._scaled_mm(a, ws[0].t(), scale_a=sa[:, None], scale_b=sb[None, :], out_dtype=torch.bfloat16)
+            exact = (a.double() * sa.double()[:, None]) @ (ws[0].double() * sb.double()[:, None]).t()
+            errors = {f"cublas row-wise, fast={f}": relative_error(
+                torch._scaled_mm(a, ws[0].t(), scale_a=sa[:, None], scale_b=sb[None, :], out_dtype=torch.bfloat16,
+                                 use_fast_accum=f), exact, torch.float64) for f in (False, True)}
             names, calls = [], []
-            for config in CONFIGS[m]:
+            for config in configs[m]:
                 fn = lambda w, c=config: fp8ext.scaled_mm(a, w, sa, sb, config=c)  # noqa: E731
-                err = relative_error(fn(ws[0]), ref)
+                got = fn(ws[0])
+                err = relative_error(got, ref)
                 if not err < 1e-2:
                     raise AssertionError(f"{layer} M={m} {config}: differs from cuBLAS by {err:.2e}")
+                errors[config] = relative_error(got, exact, torch.float64)
                 names.append(config)
                 calls.append(fn)
             names.append("cublas per-tensor")
@@ -61,14 +75,16 @@ def main():
             times, rounds = time_interleaved_ms(graphs)
             us = {name: round(1000 * t / reps, 2) for name, t in zip(names, times)}
             auto_rounds = rounds[0]
-            row = {"op": "swap_cluster_ab", "layer": layer, "shape": [m, n, k], "us": us,
+            row = {"op": "swap_cluster_ab", "layer": layer, "shape": [m, n, k], "promotion": promotion, "us": us,
+                   "error_vs_float64": {name: float(f"{e:.3e}") for name, e in errors.items()},
                    "vs_auto_median_ratio": {name: round(sorted(a_ / o for a_, o in zip(auto_rounds, r))[len(r) // 2], 3)
                                             for name, r in zip(names, rounds)},
                    "weight_TBps": {name: round(n * k / (t * 1e-6) / 1e12, 3) for name, t in us.items()},
                    "timing": "cuda-graph of 20 calls, weights rotated past L2, interleaved bursts"}
             rows.append(row)
             print(f"{layer:11s} M={m:4d} " + "  ".join(f"{k_}={v}" for k_, v in us.items()), flush=True)
-        write_results(args.out, "swap_cluster_ab", rows)
+            print("    error vs float64: " + "  ".join(f"{k_}={v}" for k_, v in row["error_vs_float64"].items()))
+        write_results(args.out, f"swap_cluster_ab{'_promotion_' + promotion if args.promotion_sweep else ''}", rows)
 
 
 if __name__ == "__main__":
