@@ -133,6 +133,25 @@ def test_fast_accumulation_allowed(m, out_dtype, seed):
     assert rel_error(d, reference(a, b, sa, sb, bias)) < TOLERANCE[out_dtype]
 
 
+@pytest.mark.parametrize("m,config", [(16, "auto"), (100, "auto"), (64, "swap_medium"), (128, "medium"),
+                                      (16, "swap_small_c4"), (64, "split_k")])
+def test_fast_accumulation_drops_the_promotion_at_decode_m(monkeypatch, m, config, seed):
+    """With bf16 output, use_fast_accum also reaches the small-M kernels (and split-K's
+    partials): they sum over all of K without promoting, so the bits change (K = 4096,
+    15 promotions skipped) and the error stays within bf16's tolerance. fp32 output
+    keeps promoting: there the flag changes nothing."""
+    if config == "split_k":
+        monkeypatch.setenv("FP8EXT_GEMM_SPLITS", "2")  # the rule splits only K >= 12288
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = operands(m, 1032, 4096, "cuda", bias_dtype=torch.bfloat16, generator=g)
+    promoted = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, config=config)
+    fast = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, config=config, use_fast_accum=True)
+    assert not torch.equal(fast, promoted)
+    assert rel_error(fast, reference(a, b, sa, sb, bias)) < TOLERANCE[torch.bfloat16]
+    exact32 = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
+    assert torch.equal(exact32, fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, use_fast_accum=True))
+
+
 @pytest.mark.parametrize("a_dtype,b_dtype", [(F8, E5), (E5, E5), (E5, F8)])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("m", [3, 300])

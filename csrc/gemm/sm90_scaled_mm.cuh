@@ -24,31 +24,44 @@ using namespace cute;
 
 // Tile shape (M, N, K of the kernel's own problem), cluster shape, mainloop and
 // epilogue schedules, and whether the problem is swapped. K tiles are 128: the
-// FP8 mainloop promotes the tensor cores' partial sums to fp32 every 4 MMAs of
-// K = 32 (its default interval must divide evenly into a K tile), i.e. every 128.
-//
-// kPromotion: MMAs of K = 32 between two fp32 promotions. The large-tile
-// kernels promote every 8 (256 of K) when D is 16-bit: on the H200 that was
-// 6-10% faster than every 4 (each promotion waits for the tensor cores), and
-// the error against float64 after rounding to bf16 stayed that of cuBLAS's
-// default mode (1.67e-3 vs 1.66e-3). With fp32 output the extra error shows
-// (2.1e-4 vs cuBLAS's 1.3e-4), so fp32 output promotes every 4 (bench/NOTES.md).
-template <class Tile_, class Cluster_, class Mainloop_, class Epilogue_, bool kSwap_, int kPromotion_ = 4>
+// FP8 mainloop's fp32 promotion interval (promotion_interval below) must be a
+// whole number of K tiles.
+template <class Tile_, class Cluster_, class Mainloop_, class Epilogue_, bool kSwap_>
 struct TileConfig {
   using Tile = Tile_;
   using Cluster = Cluster_;
   using MainloopSchedule = Mainloop_;
   using EpilogueSchedule = Epilogue_;
   static constexpr bool kSwap = kSwap_;
-  static constexpr int kPromotion = kPromotion_;
 };
+
+// MMAs of K = 32 between two promotions of the tensor cores' partial sums to
+// the fp32 total. CUTLASS's FP8 mainloop waits for every MMA in flight at each
+// promotion, so a short interval starves the tensor cores where one warp group
+// computes a whole tile (the swap-AB and 64-row kernels: decode-sized M).
+// - 16-bit D: every 8 (256 of K). On the H200 the small-M kernels were 5-18%
+//   faster than at 4 (8B layers, M = 16 to 128: 128x4096x4096 10.23 -> 9.31 us,
+//   16x4096x14336 20.42 -> 18.60; cuBLAS per-tensor 8.36 and 19.93), the large
+//   ones 6-10%, and the error against float64 after rounding to bf16 stayed in
+//   cuBLAS's default class (1.683e-3 vs its 1.675e-3 at 16x6144x4096;
+//   bench/results/gemm_promotion_sweep_2026-12-03_h200_998f711.json).
+// - fp32 D (and the split-K partials of an fp32 result): every 4, where the
+//   extra error shows (2.1e-4 vs cuBLAS's 1.3e-4 at 8).
+// - bf16 D with fast accumulation allowed: never (the partial sums stay in
+//   the tensor cores' accumulator over all of K, cuBLAS's use_fast_accum class:
+//   2.13e-3 vs its 2.13e-3), another 2-9% at M <= 128.
+constexpr uint32_t kNeverPromote = 1u << 30;  // a multiple of 4 that no K reaches
+inline uint32_t promotion_interval(const ScaledMmProblem& p) {
+  if (p.d_dtype == DType::kFloat32) return 4;
+  return p.allow_fast_accum && p.d_dtype == DType::kBFloat16 ? kNeverPromote : 8;
+}
 
 template <GemmConfig C>
 struct ConfigOf;
 template <>
 struct ConfigOf<GemmConfig::kLarge>
     : TileConfig<Shape<_128, _128, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                 cutlass::epilogue::TmaWarpSpecializedCooperative, false, 8> {};
+                 cutlass::epilogue::TmaWarpSpecializedCooperative, false> {};
 template <>
 struct ConfigOf<GemmConfig::kMedium>
     : TileConfig<Shape<_64, _128, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
@@ -95,14 +108,14 @@ struct ConfigOf<GemmConfig::kWideFastAccum>
 template <>
 struct ConfigOf<GemmConfig::kLargeN192>
     : TileConfig<Shape<_128, _192, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                 cutlass::epilogue::TmaWarpSpecializedCooperative, false, 8> {};
+                 cutlass::epilogue::TmaWarpSpecializedCooperative, false> {};
 
 // With one row of 128-row tiles (M <= 128) a 2x1 cluster leaves half its CTAs
 // without a tile; 1x2 pairs tiles along N and multicasts their shared A.
 template <>
 struct ConfigOf<GemmConfig::kLargeClusterN>
     : TileConfig<Shape<_128, _128, _128>, Shape<_1, _2, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                 cutlass::epilogue::TmaWarpSpecializedCooperative, false, 8> {};
+                 cutlass::epilogue::TmaWarpSpecializedCooperative, false> {};
 
 // Whether a mainloop's arguments carry the fp32 promotion interval (the FP8
 // mainloop without fast accumulation).
@@ -199,8 +212,7 @@ struct Sm90ScaledMm {
     const TuningOverrides& tune = tuning_overrides();
     typename CollectiveMainloop::Arguments mainloop{a, stride_a, b, stride_b};
     if constexpr (HasPromotionInterval<typename CollectiveMainloop::Arguments>::value) {
-      const int promotion = std::is_same_v<ElementD, float> ? 4 : Cfg::kPromotion;
-      mainloop.mma_promotion_interval = static_cast<uint32_t>(tune.promotion ? tune.promotion : promotion);
+      mainloop.mma_promotion_interval = tune.promotion ? static_cast<uint32_t>(tune.promotion) : promotion_interval(p);
     }
     cutlass::KernelHardwareInfo hw;
     hw.device_id = current_device_info().device;

@@ -39,9 +39,9 @@ struct ScaledMmProblem {
   DType d_dtype;
   int64_t ldd;
   // Allow FP8 fast accumulation (no periodic fp32 promotion of the tensor
-  // cores' partial sums) where it is faster: kAuto then picks kWideFastAccum for
-  // large M with bf16 output. The small-M kernels always promote (they are
-  // memory-bound).
+  // cores' partial sums) with bf16 output: every tensor-core kernel then sums
+  // over all of K without promoting, and kAuto picks kWideFastAccum for large M.
+  // The CUDA-core GEMV (M = 1) sums in fp32 either way.
   bool allow_fast_accum = false;
 };
 
