@@ -59,7 +59,7 @@ def test_every_config_at_every_size(config, m, out_dtype, seed):
     check(m, 776, 384, out_dtype, config=config, seed=seed)
 
 
-@pytest.mark.parametrize("config", ["swap_small_c2", "swap_small_c4", "swap_medium_c2", "swap_narrow_pair"])
+@pytest.mark.parametrize("config", ["swap_small_c4", "swap_narrow_pair"])
 @pytest.mark.parametrize("m,n,k", [(1, 776, 384), (8, 136, 128), (9, 776, 384), (16, 4104, 1024), (17, 200, 256),
                                    (64, 776, 384), (100, 1000, 4100), (200, 520, 256)])
 @pytest.mark.parametrize("per_row", [False, True])
@@ -74,7 +74,7 @@ def test_swap_cluster_configs_refuse_fp16():
     a = torch.zeros(16, 128, device="cuda").to(F8)
     one = torch.ones((), device="cuda")
     with pytest.raises(ValueError, match="not instantiated"):
-        fp8ext.scaled_mm(a, a, one, one, out_dtype=torch.float16, config="swap_small_c2")
+        fp8ext.scaled_mm(a, a, one, one, out_dtype=torch.float16, config="swap_small_c4")
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 9])

@@ -47,8 +47,18 @@
 // before their PDL wait: behind the activation quantization that took
 // bench_linear's M = 16 stack from 83.2 to 80.7 us (weight_prefetch.h).
 //
+// The times above predate session 21, when the small-M kernels promoted their
+// partial sums to fp32 every 128 of K; at every 256 (16-bit output) they run
+// 1-18% faster (sm90_scaled_mm.cuh, promotion_interval), and the choices above
+// were re-checked at M = 16, 64 and 128 (run ee30d6d, scripts/device/ab_swap_clusters.py).
+//
+// kSwapSmallCluster4 (64x16 tiles, 4x1) and kSwapNarrowPair (64x8, 1x2), cuBLASLt's
+// M = 16 shapes, are for tuning only: 16x6144x4096 9.42 vs kSwapSmall's 9.71 us and
+// 16x4096x14336 18.15 (pair) vs 18.76, but 16x4096x4096 8.72 (4x1) vs 7.21 and
+// 16x8192x8192 25.62 vs 19.17 (run ee30d6d).
+//
 // fp32 output has kLarge, kSwapMedium and kGemv only; E5M2 operands (fp32 output) kLarge only.
-// kWideFastAccum, kLargeN192 and kLargeClusterN are instantiated for bf16 only.
+// kWideFastAccum, kLargeN192, kLargeClusterN and the cluster swap kernels are instantiated for bf16 only.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -154,8 +164,7 @@ auto with_split_kernel(const ScaledMmProblem& p, Fn&& fn) {
 }
 
 bool is_swap_cluster(GemmConfig c) {
-  return c == GemmConfig::kSwapSmallCluster2 || c == GemmConfig::kSwapSmallCluster4 ||
-         c == GemmConfig::kSwapMediumCluster2 || c == GemmConfig::kSwapNarrowPair;
+  return c == GemmConfig::kSwapSmallCluster4 || c == GemmConfig::kSwapNarrowPair;
 }
 
 // The configurations instantiated for each type combination (see the header).
@@ -193,9 +202,7 @@ bool with_kernel(const ScaledMmProblem& p, GemmConfig c, Fn&& fn) {
         if (c == GemmConfig::kWideFastAccum) fn(Kernel<E4, E4, D, GemmConfig::kWideFastAccum>{});
         if (c == GemmConfig::kLargeN192) fn(Kernel<E4, E4, D, GemmConfig::kLargeN192>{});
         if (c == GemmConfig::kLargeClusterN) fn(Kernel<E4, E4, D, GemmConfig::kLargeClusterN>{});
-        if (c == GemmConfig::kSwapSmallCluster2) fn(Kernel<E4, E4, D, GemmConfig::kSwapSmallCluster2>{});
         if (c == GemmConfig::kSwapSmallCluster4) fn(Kernel<E4, E4, D, GemmConfig::kSwapSmallCluster4>{});
-        if (c == GemmConfig::kSwapMediumCluster2) fn(Kernel<E4, E4, D, GemmConfig::kSwapMediumCluster2>{});
         if (c == GemmConfig::kSwapNarrowPair) fn(Kernel<E4, E4, D, GemmConfig::kSwapNarrowPair>{});
       }
     };
@@ -290,9 +297,7 @@ const char* gemm_config_name(GemmConfig config) {
     case GemmConfig::kLargeClusterN: return "large_128x128_coop_cluster_1x2";
     case GemmConfig::kGemv: return "gemv_cuda_cores";
     case GemmConfig::kSplitK: return "split_k";
-    case GemmConfig::kSwapSmallCluster2: return "swap_ab_64x16_cluster_2x1";
     case GemmConfig::kSwapSmallCluster4: return "swap_ab_64x16_cluster_4x1";
-    case GemmConfig::kSwapMediumCluster2: return "swap_ab_64x64_cluster_2x1";
     case GemmConfig::kSwapNarrowPair: return "swap_ab_64x8_cluster_1x2";
   }
   return "unknown";

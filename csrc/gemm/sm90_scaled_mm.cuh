@@ -75,21 +75,13 @@ struct ConfigOf<GemmConfig::kSwapMedium>
     : TileConfig<Shape<_64, _64, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                  cutlass::epilogue::TmaWarpSpecialized, true> {};
 
-// The swap-AB tiles in clusters (cuBLASLt's choices at decode M): along the
-// weight (2x1, 4x1) the cluster's CTAs multicast the activation tile they all
+// The swap-AB tiles in clusters (cuBLASLt's choices at M <= 16): along the
+// weight (4x1) the cluster's CTAs multicast the activation tile they all
 // need; along the activation (1x2) the pair multicasts the weight tile, so a
 // weight tile's bytes are pulled by two SMs.
 template <>
-struct ConfigOf<GemmConfig::kSwapSmallCluster2>
-    : TileConfig<Shape<_64, _16, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                 cutlass::epilogue::TmaWarpSpecialized, true> {};
-template <>
 struct ConfigOf<GemmConfig::kSwapSmallCluster4>
     : TileConfig<Shape<_64, _16, _128>, Shape<_4, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                 cutlass::epilogue::TmaWarpSpecialized, true> {};
-template <>
-struct ConfigOf<GemmConfig::kSwapMediumCluster2>
-    : TileConfig<Shape<_64, _64, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                  cutlass::epilogue::TmaWarpSpecialized, true> {};
 template <>
 struct ConfigOf<GemmConfig::kSwapNarrowPair>

@@ -1,9 +1,12 @@
-"""Decode-sized FP8 GEMMs: the swap-AB kernels in thread-block clusters
-(swap_small_c2/_c4, swap_medium_c2, swap_narrow_pair: cuBLASLt's shapes at
-these M, seen with gemm_kernel_names.py) against what "auto" runs now and
-against cuBLASLt per-tensor, in one process: every variant's graph (20 calls,
-weights rotated past L2) timed in alternating bursts, row-wise scales for ours
-(FP8Linear's recipe), outputs checked against cuBLAS once.
+"""Decode-sized FP8 GEMMs (M = 16, 64, 128): what "auto" runs, the tuning
+configurations around it (the swap-AB kernels in thread-block clusters,
+cuBLASLt's shapes seen with gemm_kernel_names.py; swap_medium and medium at
+M = 128) and cuBLASLt per-tensor, in one process: every variant's graph (20
+calls, weights rotated past L2) timed in alternating bursts, row-wise scales
+for ours (FP8Linear's recipe). Each output is checked against cuBLAS, and its
+error against float64 is recorded beside cuBLAS's (promoted and fast): run it
+under FP8EXT_GEMM_PROMOTION=N (read once per process) to sweep the fp32
+promotion interval, as session 21 did.
 
     python scripts/device/ab_swap_clusters.py --out DIR
 """
@@ -25,23 +28,14 @@ F8 = torch.float8_e4m3fn
 L2_BYTES = 60 * 2**20
 NK = {"8b_qkv": (6144, 4096), "8b_o": (4096, 4096), "8b_gate_up": (28672, 4096), "8b_down": (4096, 14336),
       "70b_o": (8192, 8192)}
-CONFIGS = {16: ["auto", "swap_small_c2", "swap_small_c4", "swap_narrow_pair"],
-           64: ["auto", "swap_medium_c2"],
-           128: ["auto", "swap_medium", "swap_medium_c2"]}
-# --promotion-sweep: FP8EXT_GEMM_PROMOTION (MMAs of K = 32 between fp32 promotions,
-# read once per process) is set by the caller; these configs are timed under it.
-SWEEP_CONFIGS = {16: ["auto", "swap_small_c4", "swap_narrow_pair"], 64: ["auto"],
-                 128: ["auto", "swap_medium", "medium"]}
+CONFIGS = {16: ["auto", "swap_small_c4", "swap_narrow_pair"], 64: ["auto"], 128: ["auto", "swap_medium", "medium"]}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--ms", type=int, nargs="+", default=list(CONFIGS))
-    ap.add_argument("--promotion-sweep", action="store_true",
-                    help="time SWEEP_CONFIGS and record each one's error against float64")
     args = ap.parse_args()
-    configs = SWEEP_CONFIGS if args.promotion_sweep else CONFIGS
     promotion = os.environ.get("FP8EXT_GEMM_PROMOTION", "built-in")
     rows = []
     for layer, (n, k) in NK.items():
@@ -57,7 +51,7 @@ def main():
                 torch._scaled_mm(a, ws[0].t(), scale_a=sa[:, None], scale_b=sb[None, :], out_dtype=torch.bfloat16,
                                  use_fast_accum=f), exact, torch.float64) for f in (False, True)}
             names, calls = [], []
-            for config in configs[m]:
+            for config in CONFIGS[m]:
                 fn = lambda w, c=config: fp8ext.scaled_mm(a, w, sa, sb, config=c)  # noqa: E731
                 got = fn(ws[0])
                 err = relative_error(got, ref)
@@ -84,7 +78,7 @@ def main():
             rows.append(row)
             print(f"{layer:11s} M={m:4d} " + "  ".join(f"{k_}={v}" for k_, v in us.items()), flush=True)
             print("    error vs float64: " + "  ".join(f"{k_}={v}" for k_, v in row["error_vs_float64"].items()))
-        write_results(args.out, f"swap_cluster_ab{'_promotion_' + promotion if args.promotion_sweep else ''}", rows)
+        write_results(args.out, f"swap_cluster_ab_promotion_{promotion}", rows)
 
 
 if __name__ == "__main__":

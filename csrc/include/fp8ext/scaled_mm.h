@@ -65,13 +65,12 @@ enum class GemmConfig : int {
                 // kSwapMedium's tiles for M <= 64, 128x128 tiles in 1x2 clusters above (problems
                 // with too few tiles of N to fill the GPU; see scaled_mm_dispatch.cu). M <= 16
                 // runs whole K.
-  // Swap-AB in thread-block clusters (bf16 output only), the shapes cuBLASLt picks at decode M
-  // (scripts/device/gemm_kernel_names.py): the CTAs of a cluster share one operand's tile by TMA multicast.
-  kSwapSmallCluster2 = 10,   // 64x16 tiles, 2x1: two weight tiles share the activation tile
-  kSwapSmallCluster4 = 11,   // 64x16 tiles, 4x1
-  kSwapMediumCluster2 = 12,  // 64x64 tiles, 2x1
-  kSwapNarrowPair = 13,      // 64x8 tiles, 1x2: two CTAs per weight tile (M <= 16 on 2 x 8 rows),
-                             // each loading half of it for both
+  // Swap-AB in thread-block clusters (bf16 output only), shapes cuBLASLt picks at M <= 16
+  // (scripts/device/gemm_kernel_names.py): the CTAs of a cluster share one operand's tile by
+  // TMA multicast. For tuning: kAuto takes neither (scaled_mm_dispatch.cu has the measurements).
+  kSwapSmallCluster4 = 10,  // 64x16 tiles, 4x1: four weight tiles share the activation tile
+  kSwapNarrowPair = 11,     // 64x8 tiles, 1x2: two CTAs per weight tile (M <= 16 on 2 x 8 rows),
+                            // each loading half of it for both
   kLastConfig = kSwapNarrowPair,
 };
 
