@@ -59,14 +59,15 @@ def test_every_config_at_every_size(config, m, out_dtype, seed):
     check(m, 776, 384, out_dtype, config=config, seed=seed)
 
 
-@pytest.mark.parametrize("config", ["swap_small_c4", "swap_narrow_pair"])
+@pytest.mark.parametrize("config", ["swap_small_c4", "swap_narrow_pair", "medium_n96"])
 @pytest.mark.parametrize("m,n,k", [(1, 776, 384), (8, 136, 128), (9, 776, 384), (16, 4104, 1024), (17, 200, 256),
                                    (64, 776, 384), (100, 1000, 4100), (200, 520, 256)])
 @pytest.mark.parametrize("per_row", [False, True])
 def test_swap_cluster_configs(config, m, n, k, per_row, seed):
-    """The clustered swap-AB kernels (bf16 only): tile counts that leave a
-    cluster partly outside the problem (N / 64 odd or not a multiple of 4, M
-    past one 8-row tile), unaligned K and N, several tiles along M."""
+    """The clustered kernels (bf16 only): tile counts that leave a cluster
+    partly outside the problem (N / 64 odd or not a multiple of 4, N / 96 not
+    whole, M past one 8-row tile or one 64-row tile), unaligned K and N,
+    several tiles along M."""
     check(m, n, k, torch.bfloat16, per_row, per_row, per_row, config=config, seed=seed)
 
 

@@ -55,10 +55,13 @@
 // kSwapSmallCluster4 (64x16 tiles, 4x1) and kSwapNarrowPair (64x8, 1x2), cuBLASLt's
 // M = 16 shapes, are for tuning only: 16x6144x4096 9.42 vs kSwapSmall's 9.71 us and
 // 16x4096x14336 18.15 (pair) vs 18.76, but 16x4096x4096 8.72 (4x1) vs 7.21 and
-// 16x8192x8192 25.62 vs 19.17 (run ee30d6d).
+// 16x8192x8192 25.62 vs 19.17 (run ee30d6d). kMediumN96 (64x96 tiles in 2x1
+// clusters, cuBLASLt's shape at 128x6144x4096, where it takes 10.34 us against
+// kMedium's 11.61) is a candidate for 65 <= M <= 128: not yet timed.
 //
 // fp32 output has kLarge, kSwapMedium and kGemv only; E5M2 operands (fp32 output) kLarge only.
-// kWideFastAccum, kLargeN192, kLargeClusterN and the cluster swap kernels are instantiated for bf16 only.
+// kWideFastAccum, kLargeN192, kLargeClusterN, kMediumN96 and the cluster swap kernels are instantiated for
+// bf16 only.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -163,8 +166,8 @@ auto with_split_kernel(const ScaledMmProblem& p, Fn&& fn) {
   return fn(gemm::SplitKPartials<E4, E4, GemmConfig::kLargeClusterN>{});
 }
 
-bool is_swap_cluster(GemmConfig c) {
-  return c == GemmConfig::kSwapSmallCluster4 || c == GemmConfig::kSwapNarrowPair;
+bool is_bf16_tuning_config(GemmConfig c) {
+  return c == GemmConfig::kSwapSmallCluster4 || c == GemmConfig::kSwapNarrowPair || c == GemmConfig::kMediumN96;
 }
 
 // The configurations instantiated for each type combination (see the header).
@@ -172,7 +175,7 @@ bool has_config(const ScaledMmProblem& p, GemmConfig c) {
   const bool e4m3 = p.a_format == Fp8Format::kE4M3 && p.b_format == Fp8Format::kE4M3;
   if (c == GemmConfig::kGemv || c == GemmConfig::kSplitK) return e4m3;
   if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN ||
-      is_swap_cluster(c))
+      is_bf16_tuning_config(c))
     return e4m3 && p.d_dtype == DType::kBFloat16;
   if (e4m3 && p.d_dtype != DType::kFloat32) return c != GemmConfig::kAuto;
   if (e4m3) return c == GemmConfig::kLarge || c == GemmConfig::kSwapMedium;
@@ -204,6 +207,7 @@ bool with_kernel(const ScaledMmProblem& p, GemmConfig c, Fn&& fn) {
         if (c == GemmConfig::kLargeClusterN) fn(Kernel<E4, E4, D, GemmConfig::kLargeClusterN>{});
         if (c == GemmConfig::kSwapSmallCluster4) fn(Kernel<E4, E4, D, GemmConfig::kSwapSmallCluster4>{});
         if (c == GemmConfig::kSwapNarrowPair) fn(Kernel<E4, E4, D, GemmConfig::kSwapNarrowPair>{});
+        if (c == GemmConfig::kMediumN96) fn(Kernel<E4, E4, D, GemmConfig::kMediumN96>{});
       }
     };
     switch (p.d_dtype) {
@@ -299,6 +303,7 @@ const char* gemm_config_name(GemmConfig config) {
     case GemmConfig::kSplitK: return "split_k";
     case GemmConfig::kSwapSmallCluster4: return "swap_ab_64x16_cluster_4x1";
     case GemmConfig::kSwapNarrowPair: return "swap_ab_64x8_cluster_1x2";
+    case GemmConfig::kMediumN96: return "medium_64x96_cluster_2x1";
   }
   return "unknown";
 }

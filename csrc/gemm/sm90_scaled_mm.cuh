@@ -49,7 +49,7 @@ struct TileConfig {
 //   extra error shows (2.1e-4 vs cuBLAS's 1.3e-4 at 8).
 // - bf16 D with fast accumulation allowed: never (the partial sums stay in
 //   the tensor cores' accumulator over all of K, cuBLAS's use_fast_accum class:
-//   2.13e-3 vs its 2.13e-3), another 2-9% at M <= 128.
+//   2.12e-3 vs its 2.12e-3), another 1-8% at M <= 128.
 constexpr uint32_t kNeverPromote = 1u << 30;  // a multiple of 4 that no K reaches
 inline uint32_t promotion_interval(const ScaledMmProblem& p) {
   if (p.d_dtype == DType::kFloat32) return 4;
@@ -87,6 +87,14 @@ template <>
 struct ConfigOf<GemmConfig::kSwapNarrowPair>
     : TileConfig<Shape<_64, _8, _128>, Shape<_1, _2, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                  cutlass::epilogue::TmaWarpSpecialized, true> {};
+
+// cuBLASLt's tile at 128x6144x4096: 64 tiles of 96 weight rows for two 64-row
+// halves of M, each pair multicasting its weight tile (128 CTAs; 64x128 tiles
+// make 96).
+template <>
+struct ConfigOf<GemmConfig::kMediumN96>
+    : TileConfig<Shape<_64, _96, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                 cutlass::epilogue::TmaWarpSpecialized, false> {};
 
 // With fp32 promotion a warp group holds two accumulators (the tensor cores'
 // partial sums and the fp32 total), so 64x256 per warp group would spill;

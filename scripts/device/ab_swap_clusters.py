@@ -28,7 +28,7 @@ F8 = torch.float8_e4m3fn
 L2_BYTES = 60 * 2**20
 NK = {"8b_qkv": (6144, 4096), "8b_o": (4096, 4096), "8b_gate_up": (28672, 4096), "8b_down": (4096, 14336),
       "70b_o": (8192, 8192)}
-CONFIGS = {16: ["auto", "swap_small_c4", "swap_narrow_pair"], 64: ["auto"], 128: ["auto", "swap_medium", "medium"]}
+CONFIGS = {16: ["auto", "swap_small_c4", "swap_narrow_pair"], 64: ["auto"], 128: ["auto", "swap_medium", "medium", "medium_n96"]}
 
 
 def main():

@@ -71,7 +71,9 @@ enum class GemmConfig : int {
   kSwapSmallCluster4 = 10,  // 64x16 tiles, 4x1: four weight tiles share the activation tile
   kSwapNarrowPair = 11,     // 64x8 tiles, 1x2: two CTAs per weight tile (M <= 16 on 2 x 8 rows),
                             // each loading half of it for both
-  kLastConfig = kSwapNarrowPair,
+  kMediumN96 = 12,  // 64x96x128 tiles (not swapped), 2x1: the two 64-row halves of M <= 128 share
+                    // each weight tile by multicast (cuBLASLt's 128x6144x4096 shape); bf16 only, for tuning
+  kLastConfig = kMediumN96,
 };
 
 const char* gemm_config_name(GemmConfig config);
