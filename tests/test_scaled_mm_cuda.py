@@ -71,6 +71,22 @@ def test_swap_cluster_configs(config, m, n, k, per_row, seed):
     check(m, n, k, torch.bfloat16, per_row, per_row, per_row, config=config, seed=seed)
 
 
+@pytest.mark.parametrize("config", ["swap_medium_deferred", "large_deferred"])
+@pytest.mark.parametrize("m,n,k", [(1, 776, 128), (17, 200, 256), (64, 776, 384), (100, 1000, 4100), (300, 520, 512),
+                                   (129, 4096, 4096)])
+def test_deferred_promotion_configs(config, m, n, k, seed):
+    """The mainloops that promote one K tile behind (bf16 only): one, two, three
+    and 33 K tiles (odd and even counts end the two-partial loop differently),
+    tiles partly outside M and N, and an error at the promoted kernels' level."""
+    check(m, n, k, torch.bfloat16, config=config, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, _ = operands(m, n, k, "cuda", generator=g)
+    deferred = fp8ext.scaled_mm(a, b, sa, sb, config=config)
+    promoted = fp8ext.scaled_mm(a, b, sa, sb, config="swap_medium" if m <= 128 else "large")
+    ref = reference(a, b, sa, sb, None)
+    assert rel_error(deferred, ref) <= 1.05 * rel_error(promoted, ref) + 1e-5
+
+
 def test_swap_cluster_configs_refuse_fp16():
     a = torch.zeros(16, 128, device="cuda").to(F8)
     one = torch.ones((), device="cuda")

@@ -57,7 +57,10 @@
 // 16x4096x14336 18.15 (pair) vs 18.76, but 16x4096x4096 8.72 (4x1) vs 7.21 and
 // 16x8192x8192 25.62 vs 19.17 (run ee30d6d). kMediumN96 (64x96 tiles in 2x1
 // clusters, cuBLASLt's shape at 128x6144x4096, where it takes 10.34 us against
-// kMedium's 11.61) is a candidate for 65 <= M <= 128: not yet timed.
+// kMedium's 11.61) is a candidate for 65 <= M <= 128: not yet timed. So are
+// kSwapMediumDeferred and kLargeDeferred (kSwapMedium's and kLarge's tiles with
+// the fp32 promotion one K tile behind, sm90_deferred_promotion.cuh): promoted
+// precision (every 128 of K) at, we expect, fast accumulation's speed.
 //
 // fp32 output has kLarge, kSwapMedium and kGemv only; E5M2 operands (fp32 output) kLarge only.
 // kWideFastAccum, kLargeN192, kLargeClusterN, kMediumN96 and the cluster swap kernels are instantiated for
@@ -167,7 +170,8 @@ auto with_split_kernel(const ScaledMmProblem& p, Fn&& fn) {
 }
 
 bool is_bf16_tuning_config(GemmConfig c) {
-  return c == GemmConfig::kSwapSmallCluster4 || c == GemmConfig::kSwapNarrowPair || c == GemmConfig::kMediumN96;
+  return c == GemmConfig::kSwapSmallCluster4 || c == GemmConfig::kSwapNarrowPair || c == GemmConfig::kMediumN96 ||
+         c == GemmConfig::kSwapMediumDeferred || c == GemmConfig::kLargeDeferred;
 }
 
 // The configurations instantiated for each type combination (see the header).
@@ -208,6 +212,8 @@ bool with_kernel(const ScaledMmProblem& p, GemmConfig c, Fn&& fn) {
         if (c == GemmConfig::kSwapSmallCluster4) fn(Kernel<E4, E4, D, GemmConfig::kSwapSmallCluster4>{});
         if (c == GemmConfig::kSwapNarrowPair) fn(Kernel<E4, E4, D, GemmConfig::kSwapNarrowPair>{});
         if (c == GemmConfig::kMediumN96) fn(Kernel<E4, E4, D, GemmConfig::kMediumN96>{});
+        if (c == GemmConfig::kSwapMediumDeferred) fn(Kernel<E4, E4, D, GemmConfig::kSwapMediumDeferred>{});
+        if (c == GemmConfig::kLargeDeferred) fn(Kernel<E4, E4, D, GemmConfig::kLargeDeferred>{});
       }
     };
     switch (p.d_dtype) {
@@ -304,6 +310,8 @@ const char* gemm_config_name(GemmConfig config) {
     case GemmConfig::kSwapSmallCluster4: return "swap_ab_64x16_cluster_4x1";
     case GemmConfig::kSwapNarrowPair: return "swap_ab_64x8_cluster_1x2";
     case GemmConfig::kMediumN96: return "medium_64x96_cluster_2x1";
+    case GemmConfig::kSwapMediumDeferred: return "swap_ab_64x64_deferred_promotion";
+    case GemmConfig::kLargeDeferred: return "large_128x128_coop_deferred_promotion";
   }
   return "unknown";
 }

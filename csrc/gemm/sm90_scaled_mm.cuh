@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "sm90_deferred_promotion.cuh"
 #include "sm90_gemm_common.cuh"
 #include "sm90_weight_prefetch.cuh"
 #include "scaled_mm_kernels.h"
@@ -23,16 +24,18 @@ namespace detail {
 using namespace cute;
 
 // Tile shape (M, N, K of the kernel's own problem), cluster shape, mainloop and
-// epilogue schedules, and whether the problem is swapped. K tiles are 128: the
-// FP8 mainloop's fp32 promotion interval (promotion_interval below) must be a
-// whole number of K tiles.
-template <class Tile_, class Cluster_, class Mainloop_, class Epilogue_, bool kSwap_>
+// epilogue schedules, whether the problem is swapped, and whether the mainloop
+// promotes one K tile behind (sm90_deferred_promotion.cuh) instead of every
+// promotion_interval MMAs. K tiles are 128: the FP8 mainloop's fp32 promotion
+// interval (promotion_interval below) must be a whole number of K tiles.
+template <class Tile_, class Cluster_, class Mainloop_, class Epilogue_, bool kSwap_, bool kDeferred_ = false>
 struct TileConfig {
   using Tile = Tile_;
   using Cluster = Cluster_;
   using MainloopSchedule = Mainloop_;
   using EpilogueSchedule = Epilogue_;
   static constexpr bool kSwap = kSwap_;
+  static constexpr bool kDeferredPromotion = kDeferred_;
 };
 
 // MMAs of K = 32 between two promotions of the tensor cores' partial sums to
@@ -95,6 +98,17 @@ template <>
 struct ConfigOf<GemmConfig::kMediumN96>
     : TileConfig<Shape<_64, _96, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                  cutlass::epilogue::TmaWarpSpecialized, false> {};
+
+// kSwapMedium and kLarge with the promotion one K tile behind (tuning: not yet
+// timed; sm90_deferred_promotion.cuh says why).
+template <>
+struct ConfigOf<GemmConfig::kSwapMediumDeferred>
+    : TileConfig<Shape<_64, _64, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                 cutlass::epilogue::TmaWarpSpecialized, true, true> {};
+template <>
+struct ConfigOf<GemmConfig::kLargeDeferred>
+    : TileConfig<Shape<_128, _128, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                 cutlass::epilogue::TmaWarpSpecializedCooperative, false, true> {};
 
 // With fp32 promotion a warp group holds two accumulators (the tensor cores'
 // partial sums and the fp32 total), so 64x256 per warp group would spill;
@@ -166,7 +180,9 @@ struct Sm90ScaledMm {
       typename Cfg::MainloopSchedule>::CollectiveOp;
   // Swapped (decode-sized M), the weight is the kernel's A, and its first 4 MiB
   // (over the grid) are prefetched before the PDL wait (weight_prefetch.h).
-  using CollectiveMainloop = conditional_t<kSwap, WeightPrefetchingMainloop<BuiltMainloop, 4>, BuiltMainloop>;
+  using PrefetchingMainloop = conditional_t<kSwap, WeightPrefetchingMainloop<BuiltMainloop, 4>, BuiltMainloop>;
+  using CollectiveMainloop = conditional_t<Cfg::kDeferredPromotion, DeferredPromotionMainloop<PrefetchingMainloop>,
+                                           PrefetchingMainloop>;
 
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
                                                           CollectiveEpilogue>;

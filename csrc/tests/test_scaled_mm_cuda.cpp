@@ -89,7 +89,8 @@ const GemmConfig kConfigs[] = {GemmConfig::kAuto,      GemmConfig::kLarge,      
                                GemmConfig::kSwapSmall, GemmConfig::kSwapMedium,    GemmConfig::kWideFastAccum,
                                GemmConfig::kLargeN192, GemmConfig::kLargeClusterN, GemmConfig::kGemv,
                                GemmConfig::kSwapSmallCluster4, GemmConfig::kSwapNarrowPair,
-                               GemmConfig::kMediumN96};
+                               GemmConfig::kMediumN96,         GemmConfig::kSwapMediumDeferred,
+                               GemmConfig::kLargeDeferred};
 
 }  // namespace
 

@@ -73,7 +73,9 @@ enum class GemmConfig : int {
                             // each loading half of it for both
   kMediumN96 = 12,  // 64x96x128 tiles (not swapped), 2x1: the two 64-row halves of M <= 128 share
                     // each weight tile by multicast (cuBLASLt's 128x6144x4096 shape); bf16 only, for tuning
-  kLastConfig = kMediumN96,
+  kSwapMediumDeferred = 13,  // kSwapMedium and kLarge promoting to fp32 one K tile behind, so that the
+  kLargeDeferred = 14,       // tensor cores never drain (bf16 only, for tuning; not yet timed)
+  kLastConfig = kLargeDeferred,
 };
 
 const char* gemm_config_name(GemmConfig config);

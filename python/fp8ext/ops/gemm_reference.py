@@ -16,7 +16,7 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 CONFIGS = {"auto": 0, "large": 1, "medium": 2, "swap_small": 3, "swap_medium": 4,
            "wide_fast_accum": 5, "large_n192": 6, "large_cluster_n": 7, "gemv": 8, "split_k": 9,
            "swap_small_c4": 10, "swap_narrow_pair": 11,
-           "medium_n96": 12}
+           "medium_n96": 12, "swap_medium_deferred": 13, "large_deferred": 14}
 MAX_CONFIG = max(CONFIGS.values())
 
 
