@@ -47,24 +47,23 @@
 // before their PDL wait: behind the activation quantization that took
 // bench_linear's M = 16 stack from 83.2 to 80.7 us (weight_prefetch.h).
 //
-// The times above predate session 21, when the small-M kernels promoted their
-// partial sums to fp32 every 128 of K; at every 256 (16-bit output) they run
-// 1-18% faster (sm90_scaled_mm.cuh, promotion_interval), and the choices above
-// were re-checked at M = 16, 64 and 128 (run ee30d6d, scripts/device/ab_swap_clusters.py).
+// The times above predate sessions 21 and 22. Every kernel but kLargeN192 and
+// kWideFastAccum now promotes its partial sums to fp32 one K tile behind
+// (sm90_deferred_promotion.cuh), so the tensor cores never drain for it; in
+// session 22's first run (scripts/device/ab_deferred.py, then as separate
+// configurations) that was faster than promoting every 256 of K on 28 of 30
+// rows: 8b_o at M = 64 8.02 -> 7.39 us, 8b_down at M = 64 22.37 -> 19.59, 8b_gate_up
+// at M = 1024 221.1 -> 207.8 (row-wise), 8b_qkv at M = 4096 178.8 -> 173.1.
 //
-// kSwapSmallCluster4 (64x16 tiles, 4x1) and kSwapNarrowPair (64x8, 1x2), cuBLASLt's
-// M = 16 shapes, are for tuning only: 16x6144x4096 9.42 vs kSwapSmall's 9.71 us and
-// 16x4096x14336 18.15 (pair) vs 18.76, but 16x4096x4096 8.72 (4x1) vs 7.21 and
-// 16x8192x8192 25.62 vs 19.17 (run ee30d6d). kMediumN96 (64x96 tiles in 2x1
-// clusters, cuBLASLt's shape at 128x6144x4096, where it takes 10.34 us against
-// kMedium's 11.61) is a candidate for 65 <= M <= 128: not yet timed. So are
-// kSwapMediumDeferred and kLargeDeferred (kSwapMedium's and kLarge's tiles with
-// the fp32 promotion one K tile behind, sm90_deferred_promotion.cuh): promoted
-// precision (every 128 of K) at, we expect, fast accumulation's speed.
+// kMediumN96 (64x96 tiles in 2x1 clusters, cuBLASLt's shape at 128x6144x4096)
+// took 11.05 us there against auto's (kMedium) 11.47, before kMedium promoted
+// one K tile behind; it lost on the other 8B layers at M = 128. For tuning.
+// (Session 21's swap-AB kernels in clusters, cuBLASLt's M = 16 shapes, won
+// 1.5-3% on some rows and lost up to 38% on others: removed.)
 //
-// fp32 output has kLarge, kSwapMedium and kGemv only; E5M2 operands (fp32 output) kLarge only.
-// kWideFastAccum, kLargeN192, kLargeClusterN, kMediumN96 and the cluster swap kernels are instantiated for
-// bf16 only.
+// Instantiations (at most 16): bf16 has every config; fp16 kLarge, kMedium,
+// kSwapSmall, kSwapMedium; fp32 kLarge, kSwapMedium (and kGemv, CUDA cores) and
+// kLargeClusterN's split-K partials; E5M2 operands (fp32 output) kLarge only.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -169,17 +168,12 @@ auto with_split_kernel(const ScaledMmProblem& p, Fn&& fn) {
   return fn(gemm::SplitKPartials<E4, E4, GemmConfig::kLargeClusterN>{});
 }
 
-bool is_bf16_tuning_config(GemmConfig c) {
-  return c == GemmConfig::kSwapSmallCluster4 || c == GemmConfig::kSwapNarrowPair || c == GemmConfig::kMediumN96 ||
-         c == GemmConfig::kSwapMediumDeferred || c == GemmConfig::kLargeDeferred;
-}
-
 // The configurations instantiated for each type combination (see the header).
 bool has_config(const ScaledMmProblem& p, GemmConfig c) {
   const bool e4m3 = p.a_format == Fp8Format::kE4M3 && p.b_format == Fp8Format::kE4M3;
   if (c == GemmConfig::kGemv || c == GemmConfig::kSplitK) return e4m3;
   if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN ||
-      is_bf16_tuning_config(c))
+      c == GemmConfig::kMediumN96)
     return e4m3 && p.d_dtype == DType::kBFloat16;
   if (e4m3 && p.d_dtype != DType::kFloat32) return c != GemmConfig::kAuto;
   if (e4m3) return c == GemmConfig::kLarge || c == GemmConfig::kSwapMedium;
@@ -209,11 +203,7 @@ bool with_kernel(const ScaledMmProblem& p, GemmConfig c, Fn&& fn) {
         if (c == GemmConfig::kWideFastAccum) fn(Kernel<E4, E4, D, GemmConfig::kWideFastAccum>{});
         if (c == GemmConfig::kLargeN192) fn(Kernel<E4, E4, D, GemmConfig::kLargeN192>{});
         if (c == GemmConfig::kLargeClusterN) fn(Kernel<E4, E4, D, GemmConfig::kLargeClusterN>{});
-        if (c == GemmConfig::kSwapSmallCluster4) fn(Kernel<E4, E4, D, GemmConfig::kSwapSmallCluster4>{});
-        if (c == GemmConfig::kSwapNarrowPair) fn(Kernel<E4, E4, D, GemmConfig::kSwapNarrowPair>{});
         if (c == GemmConfig::kMediumN96) fn(Kernel<E4, E4, D, GemmConfig::kMediumN96>{});
-        if (c == GemmConfig::kSwapMediumDeferred) fn(Kernel<E4, E4, D, GemmConfig::kSwapMediumDeferred>{});
-        if (c == GemmConfig::kLargeDeferred) fn(Kernel<E4, E4, D, GemmConfig::kLargeDeferred>{});
       }
     };
     switch (p.d_dtype) {
@@ -307,11 +297,7 @@ const char* gemm_config_name(GemmConfig config) {
     case GemmConfig::kLargeClusterN: return "large_128x128_coop_cluster_1x2";
     case GemmConfig::kGemv: return "gemv_cuda_cores";
     case GemmConfig::kSplitK: return "split_k";
-    case GemmConfig::kSwapSmallCluster4: return "swap_ab_64x16_cluster_4x1";
-    case GemmConfig::kSwapNarrowPair: return "swap_ab_64x8_cluster_1x2";
     case GemmConfig::kMediumN96: return "medium_64x96_cluster_2x1";
-    case GemmConfig::kSwapMediumDeferred: return "swap_ab_64x64_deferred_promotion";
-    case GemmConfig::kLargeDeferred: return "large_128x128_coop_deferred_promotion";
   }
   return "unknown";
 }

@@ -10,8 +10,18 @@
 // behind keeps a tile of MMAs queued during every add, at the precision of
 // promoting every K tile (128 of K).
 //
+// Measured on the H200 against the base promoting every 256 of K (bench/NOTES.md,
+// session 22): faster on 11 of 12 8B layers at M = 32-128 (up to 12%; 3% slower
+// at 32x4096x14336) and on 17 of 18 rows at M >= 1024 (up to 6%), with the
+// error of promoting every 128 of K (cuBLAS's default, to its fourth digit).
+//
+// With fast accumulation (an interval of kNeverPromote) it runs the base's
+// loop, which then never promotes. Other intervals (FP8EXT_GEMM_PROMOTION)
+// are ignored: it always promotes every K tile.
+//
 // Costs a third accumulator's registers (64x64 per warp group: 32 more a
-// thread; 64x128: 64). The rest of the contract is the base mainloop's: it
+// thread; 64x128: 64), so 64x192 per warp group (kLargeN192) would spill.
+// The rest of the contract is the base mainloop's: it
 // consumes k_tile_count stages from smem_pipe_read and releases all but the
 // last, which the base's mma_tail releases.
 #pragma once
@@ -32,8 +42,9 @@ struct DeferredPromotionMainloop : Base {
 
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
-                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
+                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const& params) {
     using namespace cute;
+
     constexpr int kWarpGroup = cutlass::NumThreadsPerWarpGroup;
     Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (BLK_M, BLK_K, PIPE)
     Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (BLK_N, BLK_K, PIPE)
@@ -85,6 +96,34 @@ struct DeferredPromotionMainloop : Base {
       for (int i = 0; i < size(accum); ++i) accum(i) += partial(i);
       warpgroup_fence_operand(accum);
     };
+
+    // Fast accumulation: every K tile's MMAs into the total, none promoted. (Not
+    // the base's loop: inlined beside this one, it made ptxas spill.)
+    if (params.mma_promotion_interval >= kNeverPromote) {
+      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+      while (k_tile_count > 0) {
+        pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
+        const int stage = smem_pipe_read.index();
+        warpgroup_fence_operand(accum);
+        warpgroup_arrive();
+        CUTLASS_PRAGMA_UNROLL
+        for (int k_block = 0; k_block < size<2>(tCrA); ++k_block) {
+          cute::gemm(tiled_mma, tCrA(_, _, k_block, stage), tCrB(_, _, k_block, stage), accum);
+          tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        warpgroup_fence_operand(accum);
+        ++smem_pipe_read;
+        if (--k_tile_count > 0) {  // the batch before is done: its stage goes back
+          warpgroup_wait<1>();
+          pipeline.consumer_release(smem_pipe_release);
+          ++smem_pipe_release;
+        }
+      }
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(accum);
+      return;
+    }
 
     // Two K tiles a trip, so that which partial a tile uses is known at compile time.
     issue(even);

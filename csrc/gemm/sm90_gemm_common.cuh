@@ -36,6 +36,10 @@ template <DType D>
 using OutElement = std::conditional_t<D == DType::kBFloat16, cutlass::bfloat16_t,
                                       std::conditional_t<D == DType::kFloat16, cutlass::half_t, float>>;
 
+// An fp32 promotion interval (MMAs of K = 32) that no K reaches: the tensor
+// cores' partial sums are never promoted (fast accumulation); a multiple of 4.
+constexpr uint32_t kNeverPromote = 1u << 30;
+
 // can_implement / initialize refusals are argument errors; a failed run keeps
 // the CUDA error of its launch.
 inline cudaError_t refusal(cutlass::Status) { return cudaErrorInvalidValue; }

@@ -25,10 +25,11 @@ using namespace cute;
 
 // Tile shape (M, N, K of the kernel's own problem), cluster shape, mainloop and
 // epilogue schedules, whether the problem is swapped, and whether the mainloop
-// promotes one K tile behind (sm90_deferred_promotion.cuh) instead of every
-// promotion_interval MMAs. K tiles are 128: the FP8 mainloop's fp32 promotion
-// interval (promotion_interval below) must be a whole number of K tiles.
-template <class Tile_, class Cluster_, class Mainloop_, class Epilogue_, bool kSwap_, bool kDeferred_ = false>
+// promotes one K tile behind (sm90_deferred_promotion.cuh: every kernel whose
+// three accumulators fit) instead of CUTLASS's every promotion_interval MMAs.
+// K tiles are 128: the FP8 mainloop's fp32 promotion interval
+// (promotion_interval below) must be a whole number of K tiles.
+template <class Tile_, class Cluster_, class Mainloop_, class Epilogue_, bool kSwap_, bool kDeferred_>
 struct TileConfig {
   using Tile = Tile_;
   using Cluster = Cluster_;
@@ -39,21 +40,18 @@ struct TileConfig {
 };
 
 // MMAs of K = 32 between two promotions of the tensor cores' partial sums to
-// the fp32 total. CUTLASS's FP8 mainloop waits for every MMA in flight at each
-// promotion, so a short interval starves the tensor cores where one warp group
-// computes a whole tile (the swap-AB and 64-row kernels: decode-sized M).
-// - 16-bit D: every 8 (256 of K). On the H200 the small-M kernels were 5-18%
-//   faster than at 4 (8B layers, M = 16 to 128: 128x4096x4096 10.23 -> 9.31 us,
-//   16x4096x14336 20.42 -> 18.60; cuBLAS per-tensor 8.36 and 19.93), the large
-//   ones 6-10%, and the error against float64 after rounding to bf16 stayed in
-//   cuBLAS's default class (1.683e-3 vs its 1.675e-3 at 16x6144x4096;
-//   bench/results/gemm_promotion_sweep_2026-12-03_h200_998f711.json).
+// the fp32 total, for CUTLASS's own FP8 mainloop (kLargeN192 only; the
+// deferred mainloop promotes every K tile, or never with kNeverPromote). It
+// waits for every MMA in flight at each promotion, so a short interval starves
+// the tensor cores.
+// - 16-bit D: every 8 (256 of K): 6-10% faster than every 4 on the large
+//   kernels, the error after rounding to bf16 in cuBLAS's default class
+//   (bench/results/gemm_promotion_sweep_2026-12-03_h200_998f711.json).
 // - fp32 D (and the split-K partials of an fp32 result): every 4, where the
 //   extra error shows (2.1e-4 vs cuBLAS's 1.3e-4 at 8).
 // - bf16 D with fast accumulation allowed: never (the partial sums stay in
 //   the tensor cores' accumulator over all of K, cuBLAS's use_fast_accum class:
-//   2.12e-3 vs its 2.12e-3), another 1-8% at M <= 128.
-constexpr uint32_t kNeverPromote = 1u << 30;  // a multiple of 4 that no K reaches
+//   2.12e-3 vs its 2.12e-3), 1-8% faster than promoting at M <= 128.
 inline uint32_t promotion_interval(const ScaledMmProblem& p) {
   if (p.d_dtype == DType::kFloat32) return 4;
   return p.allow_fast_accum && p.d_dtype == DType::kBFloat16 ? kNeverPromote : 8;
@@ -64,32 +62,19 @@ struct ConfigOf;
 template <>
 struct ConfigOf<GemmConfig::kLarge>
     : TileConfig<Shape<_128, _128, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                 cutlass::epilogue::TmaWarpSpecializedCooperative, false> {};
+                 cutlass::epilogue::TmaWarpSpecializedCooperative, false, true> {};
 template <>
 struct ConfigOf<GemmConfig::kMedium>
     : TileConfig<Shape<_64, _128, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                 cutlass::epilogue::TmaWarpSpecialized, false> {};
+                 cutlass::epilogue::TmaWarpSpecialized, false, true> {};
 template <>
 struct ConfigOf<GemmConfig::kSwapSmall>
     : TileConfig<Shape<_64, _16, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                 cutlass::epilogue::TmaWarpSpecialized, true> {};
+                 cutlass::epilogue::TmaWarpSpecialized, true, true> {};
 template <>
 struct ConfigOf<GemmConfig::kSwapMedium>
     : TileConfig<Shape<_64, _64, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                 cutlass::epilogue::TmaWarpSpecialized, true> {};
-
-// The swap-AB tiles in clusters (cuBLASLt's choices at M <= 16): along the
-// weight (4x1) the cluster's CTAs multicast the activation tile they all
-// need; along the activation (1x2) the pair multicasts the weight tile, so a
-// weight tile's bytes are pulled by two SMs.
-template <>
-struct ConfigOf<GemmConfig::kSwapSmallCluster4>
-    : TileConfig<Shape<_64, _16, _128>, Shape<_4, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                 cutlass::epilogue::TmaWarpSpecialized, true> {};
-template <>
-struct ConfigOf<GemmConfig::kSwapNarrowPair>
-    : TileConfig<Shape<_64, _8, _128>, Shape<_1, _2, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                 cutlass::epilogue::TmaWarpSpecialized, true> {};
+                 cutlass::epilogue::TmaWarpSpecialized, true, true> {};
 
 // cuBLASLt's tile at 128x6144x4096: 64 tiles of 96 weight rows for two 64-row
 // halves of M, each pair multicasting its weight tile (128 CTAs; 64x128 tiles
@@ -97,18 +82,7 @@ struct ConfigOf<GemmConfig::kSwapNarrowPair>
 template <>
 struct ConfigOf<GemmConfig::kMediumN96>
     : TileConfig<Shape<_64, _96, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                 cutlass::epilogue::TmaWarpSpecialized, false> {};
-
-// kSwapMedium and kLarge with the promotion one K tile behind (tuning: not yet
-// timed; sm90_deferred_promotion.cuh says why).
-template <>
-struct ConfigOf<GemmConfig::kSwapMediumDeferred>
-    : TileConfig<Shape<_64, _64, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                 cutlass::epilogue::TmaWarpSpecialized, true, true> {};
-template <>
-struct ConfigOf<GemmConfig::kLargeDeferred>
-    : TileConfig<Shape<_128, _128, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                 cutlass::epilogue::TmaWarpSpecializedCooperative, false, true> {};
+                 cutlass::epilogue::TmaWarpSpecialized, false, true> {};
 
 // With fp32 promotion a warp group holds two accumulators (the tensor cores'
 // partial sums and the fp32 total), so 64x256 per warp group would spill;
@@ -117,19 +91,20 @@ template <>
 struct ConfigOf<GemmConfig::kWideFastAccum>
     : TileConfig<Shape<_128, _256, _128>, Shape<_2, _1, _1>,
                  cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
-                 cutlass::epilogue::TmaWarpSpecializedCooperative, false> {};
-// 64x192 per warp group: two accumulators of 96 registers each still fit.
+                 cutlass::epilogue::TmaWarpSpecializedCooperative, false, false> {};
+// 64x192 per warp group: CUTLASS's two accumulators of 96 registers each still
+// fit, the deferred mainloop's three would not.
 template <>
 struct ConfigOf<GemmConfig::kLargeN192>
     : TileConfig<Shape<_128, _192, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                 cutlass::epilogue::TmaWarpSpecializedCooperative, false> {};
+                 cutlass::epilogue::TmaWarpSpecializedCooperative, false, false> {};
 
 // With one row of 128-row tiles (M <= 128) a 2x1 cluster leaves half its CTAs
 // without a tile; 1x2 pairs tiles along N and multicasts their shared A.
 template <>
 struct ConfigOf<GemmConfig::kLargeClusterN>
     : TileConfig<Shape<_128, _128, _128>, Shape<_1, _2, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                 cutlass::epilogue::TmaWarpSpecializedCooperative, false> {};
+                 cutlass::epilogue::TmaWarpSpecializedCooperative, false, true> {};
 
 // Whether a mainloop's arguments carry the fp32 promotion interval (the FP8
 // mainloop without fast accumulation).

@@ -88,9 +88,7 @@ const GemmCase kCases[] = {{1, 136, 128}, {15, 264, 256}, {17, 136, 384}, {64, 2
 const GemmConfig kConfigs[] = {GemmConfig::kAuto,      GemmConfig::kLarge,         GemmConfig::kMedium,
                                GemmConfig::kSwapSmall, GemmConfig::kSwapMedium,    GemmConfig::kWideFastAccum,
                                GemmConfig::kLargeN192, GemmConfig::kLargeClusterN, GemmConfig::kGemv,
-                               GemmConfig::kSwapSmallCluster4, GemmConfig::kSwapNarrowPair,
-                               GemmConfig::kMediumN96,         GemmConfig::kSwapMediumDeferred,
-                               GemmConfig::kLargeDeferred};
+                               GemmConfig::kMediumN96};
 
 }  // namespace
 

@@ -1,11 +1,14 @@
-"""The fp32 promotion one K tile behind (sm90_deferred_promotion.cuh) against
-the promoting mainloop it would replace, in one process: at decode sizes
-(row-wise scales, FP8Linear's recipe) swap_medium_deferred against auto and
-swap_medium (and medium_n96 at M = 128); at M >= 1024 (issue 4's suite rows,
-per-tensor and row-wise) large_deferred against auto and large. Beside them
-auto with use_fast_accum (the speed the deferred kernels aim at) and cuBLASLt
-promoted. Every variant's CUDA graph (20 calls, weights rotated past L2) is
-timed in alternating bursts; each output's error against float64 is recorded.
+"""The tile configurations once every kernel that fits promotes to fp32 one K
+tile behind (sm90_deferred_promotion.cuh), in one process: at decode sizes
+(row-wise scales, FP8Linear's recipe) auto against each kernel that can take
+M (swap_medium, and at M = 65-128 medium, medium_n96 and large_cluster_n); at
+M >= 1024 (issue 4's suite rows, per-tensor and row-wise) auto against large
+and large_n192 (CUTLASS's own mainloop, promoting every 256 of K). Beside them
+auto with use_fast_accum and cuBLASLt promoted. Every variant's CUDA graph (20
+calls, weights rotated past L2 at decode sizes) is timed in alternating
+bursts; each output's error against float64 is recorded. (Session 22's first
+run compared the deferred kernels, then separate configs, with the promoting
+ones: bench/NOTES.md.)
 
     python scripts/device/ab_deferred.py --out DIR [--large-only | --decode-only]
 """
@@ -34,12 +37,11 @@ NK = {**NK_8B, "cube": (8192, 8192)}
 def variants(m: int) -> list[tuple[str, dict]]:
     """(name, scaled_mm keyword arguments) of ours at this M."""
     if m <= 128:
-        out = [("auto", {}), ("swap_medium", {"config": "swap_medium"}),
-               ("swap_medium_deferred", {"config": "swap_medium_deferred"})]
+        out = [("auto", {}), ("swap_medium", {"config": "swap_medium"})]
         if m > 64:
-            out.append(("medium_n96", {"config": "medium_n96"}))
+            out += [(c, {"config": c}) for c in ("medium", "medium_n96", "large_cluster_n")]
     else:
-        out = [("auto", {}), ("large", {"config": "large"}), ("large_deferred", {"config": "large_deferred"})]
+        out = [("auto", {}), ("large", {"config": "large"}), ("large_n192", {"config": "large_n192"})]
     return out + [("auto fast", {"use_fast_accum": True})]
 
 
@@ -73,7 +75,7 @@ def one_row(m: int, layer: str, per_row: bool) -> dict:
     times, rounds = time_interleaved_ms(graphs)
     us = {name: round(1000 * t / reps, 2) for name, t in zip(names, times)}
     cublas_rounds = rounds[-1]
-    return {"op": "deferred_promotion_ab", "layer": layer, "shape": [m, n, k],
+    return {"op": "deferred_promotion_configs", "layer": layer, "shape": [m, n, k],
             "scales": "row-wise" if per_row else "per-tensor", "us": us,
             "cublas_over_ours_median_ratio": {name: round(sorted(c / o for c, o in zip(cublas_rounds, r))[len(r) // 2], 3)
                                               for name, r in zip(names, rounds)},
@@ -100,10 +102,10 @@ def main():
         print(f"{layer:11s} M={m:5d} {row['scales']:10s} " + "  ".join(f"{k}={v}" for k, v in row["us"].items())
               + "  | cublas/ours " + " ".join(f"{k}={v}" for k, v in r.items()), flush=True)
         print("    error: " + "  ".join(f"{k}={v}" for k, v in row["error_vs_float64"].items()), flush=True)
-        write_results(args.out, "deferred_promotion_ab", rows)
+        write_results(args.out, "deferred_promotion_configs", rows)
     for scales in ("row-wise", "per-tensor"):
         large = [r for r in rows if r["shape"][0] >= 1024 and r["scales"] == scales]
-        for name in ("auto", "large", "large_deferred"):
+        for name in ("auto", "large", "large_n192", "auto fast"):
             if large:
                 g = math.exp(sum(math.log(r["cublas_over_ours_median_ratio"][name]) for r in large) / len(large))
                 print(f"M >= 1024 {scales}: {name} geomean cublas/ours {g:.3f}, lowest "

@@ -1,12 +1,13 @@
 """Decode-sized FP8 GEMMs (M = 16, 64, 128): what "auto" runs, the tuning
-configurations around it (the swap-AB kernels in thread-block clusters,
-cuBLASLt's shapes seen with gemm_kernel_names.py; swap_medium and medium at
-M = 128) and cuBLASLt per-tensor, in one process: every variant's graph (20
+configurations around it (swap_medium, medium and medium_n96 at M = 128;
+session 21 also timed swap-AB kernels in thread-block clusters, cuBLASLt's
+shapes, since removed) and cuBLASLt per-tensor, in one process: every variant's graph (20
 calls, weights rotated past L2) timed in alternating bursts, row-wise scales
 for ours (FP8Linear's recipe). Each output is checked against cuBLAS, and its
 error against float64 is recorded beside cuBLAS's (promoted and fast): run it
 under FP8EXT_GEMM_PROMOTION=N (read once per process) to sweep the fp32
-promotion interval, as session 21 did.
+promotion interval, as session 21 did (since session 22 only CUTLASS's own
+mainloop, in large_n192, reads it).
 
     python scripts/device/ab_swap_clusters.py --out DIR
 """
@@ -28,7 +29,7 @@ F8 = torch.float8_e4m3fn
 L2_BYTES = 60 * 2**20
 NK = {"8b_qkv": (6144, 4096), "8b_o": (4096, 4096), "8b_gate_up": (28672, 4096), "8b_down": (4096, 14336),
       "70b_o": (8192, 8192)}
-CONFIGS = {16: ["auto", "swap_small_c4", "swap_narrow_pair"], 64: ["auto"], 128: ["auto", "swap_medium", "medium", "medium_n96"]}
+CONFIGS = {16: ["auto"], 64: ["auto"], 128: ["auto", "swap_medium", "medium", "medium_n96"]}
 
 
 def main():

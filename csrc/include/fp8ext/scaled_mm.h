@@ -65,17 +65,9 @@ enum class GemmConfig : int {
                 // kSwapMedium's tiles for M <= 64, 128x128 tiles in 1x2 clusters above (problems
                 // with too few tiles of N to fill the GPU; see scaled_mm_dispatch.cu). M <= 16
                 // runs whole K.
-  // Swap-AB in thread-block clusters (bf16 output only), shapes cuBLASLt picks at M <= 16
-  // (scripts/device/gemm_kernel_names.py): the CTAs of a cluster share one operand's tile by
-  // TMA multicast. For tuning: kAuto takes neither (scaled_mm_dispatch.cu has the measurements).
-  kSwapSmallCluster4 = 10,  // 64x16 tiles, 4x1: four weight tiles share the activation tile
-  kSwapNarrowPair = 11,     // 64x8 tiles, 1x2: two CTAs per weight tile (M <= 16 on 2 x 8 rows),
-                            // each loading half of it for both
-  kMediumN96 = 12,  // 64x96x128 tiles (not swapped), 2x1: the two 64-row halves of M <= 128 share
-                    // each weight tile by multicast (cuBLASLt's 128x6144x4096 shape); bf16 only, for tuning
-  kSwapMediumDeferred = 13,  // kSwapMedium and kLarge promoting to fp32 one K tile behind, so that the
-  kLargeDeferred = 14,       // tensor cores never drain (bf16 only, for tuning; not yet timed)
-  kLastConfig = kLargeDeferred,
+  kMediumN96 = 10,  // 64x96x128 tiles (not swapped), 2x1: the two 64-row halves of M <= 128 share
+                    // each weight tile by multicast (cuBLASLt's 128x6144x4096 shape); bf16 only
+  kLastConfig = kMediumN96,
 };
 
 const char* gemm_config_name(GemmConfig config);
