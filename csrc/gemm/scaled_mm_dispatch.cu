@@ -51,8 +51,8 @@
 // kWideFastAccum now promotes its partial sums to fp32 one K tile behind
 // (sm90_deferred_promotion.cuh), so the tensor cores never drain for it; in
 // session 22's first run (scripts/device/ab_deferred.py, then as separate
-// configurations) that was faster than promoting every 256 of K on 28 of 30
-// rows: 8b_o at M = 64 8.02 -> 7.39 us, 8b_down at M = 64 22.37 -> 19.59, 8b_gate_up
+// configurations) that was faster than promoting every 256 of K on 29 of 30
+// rows (0.1-14%): 8b_o at M = 64 8.02 -> 7.39 us, 8b_down at M = 64 22.37 -> 19.59, 8b_gate_up
 // at M = 1024 221.1 -> 207.8 (row-wise), 8b_qkv at M = 4096 178.8 -> 173.1.
 //
 // kMediumN96 (64x96 tiles in 2x1 clusters, cuBLASLt's shape at 128x6144x4096)

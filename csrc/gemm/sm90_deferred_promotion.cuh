@@ -11,9 +11,9 @@
 // promoting every K tile (128 of K).
 //
 // Measured on the H200 against the base promoting every 256 of K (bench/NOTES.md,
-// session 22): faster on 11 of 12 8B layers at M = 32-128 (up to 12%; 3% slower
-// at 32x4096x14336) and on 17 of 18 rows at M >= 1024 (up to 6%), with the
-// error of promoting every 128 of K (cuBLAS's default, to its fourth digit).
+// session 22): faster on 11 of 12 8B layers at M = 32-128 (up to 14%; 3% slower
+// at 32x4096x14336) and on all 18 rows at M >= 1024 (0.1-6%), with the error of
+// promoting every 128 of K (cuBLAS's default, to its fourth digit).
 //
 // With fast accumulation (an interval of kNeverPromote) it runs the base's
 // loop, which then never promotes. Other intervals (FP8EXT_GEMM_PROMOTION)
