@@ -1,8 +1,9 @@
 // The CUTLASS 3.x sm_90a kernel behind every block-wise scaled_mm
 // configuration: CUTLASS's FP8 blockwise mainloop (TMA + wgmma; after every
-// 128 of K it multiplies the tensor cores' partial sums by the A-group and
-// B-block scales and adds them into fp32 registers), then an epilogue that adds
-// the bias: D = acc + bias.
+// 128 of K the tensor cores' partial sums are multiplied by the A-group and
+// B-block scales and added into fp32 registers, one K tile behind the MMAs:
+// sm90_deferred_blockwise.cuh), then an epilogue that adds the bias:
+// D = acc + bias.
 //
 // With swap-AB the kernel computes D^T = B A^T: the weight's 128-row blocks
 // become the kernel's M granularity, the activations' per-row group scales its
@@ -10,6 +11,7 @@
 #pragma once
 
 #include "blockwise_mm_kernels.h"
+#include "sm90_deferred_blockwise.cuh"
 #include "sm90_gemm_common.cuh"
 #include "sm90_weight_prefetch.cuh"
 
@@ -112,7 +114,8 @@ struct Sm90BlockwiseMm {
   // Swapped (decode-sized M), the weight's stream can start before the PDL
   // wait (weight_prefetch.h: measured no gain here, so off unless
   // FP8EXT_GEMM_PREFETCH_MB asks for it).
-  using CollectiveMainloop = conditional_t<kSwap, WeightPrefetchingMainloop<BuiltMainloop, 0>, BuiltMainloop>;
+  using PrefetchingMainloop = conditional_t<kSwap, WeightPrefetchingMainloop<BuiltMainloop, 0>, BuiltMainloop>;
+  using CollectiveMainloop = DeferredBlockwiseMainloop<PrefetchingMainloop>;
 
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
                                                           CollectiveEpilogue>;
