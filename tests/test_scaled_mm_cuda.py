@@ -62,16 +62,17 @@ def test_every_config_at_every_size(config, m, out_dtype, seed):
 @pytest.mark.parametrize("m,n,k", [(1, 776, 384), (8, 136, 128), (17, 200, 256), (64, 776, 384), (100, 1000, 4100),
                                    (200, 520, 256)])
 @pytest.mark.parametrize("per_row", [False, True])
-def test_medium_n96(m, n, k, per_row, seed):
-    """64x96 tiles in 2x1 clusters (bf16 only): N / 96 not whole, M past one 64-row
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16])
+def test_medium_clusters(m, n, k, per_row, out_dtype, seed):
+    """kMedium's 64x96 tiles in 2x1 clusters: N / 96 not whole, M within one 64-row
     tile (a cluster partly outside the problem), several tiles along M, unaligned K and N."""
-    check(m, n, k, torch.bfloat16, per_row, per_row, per_row, config="medium_n96", seed=seed)
+    check(m, n, k, out_dtype, per_row, per_row, per_row, config="medium", seed=seed)
 
 
 # The kernels whose mainloop promotes to fp32 one K tile behind (sm90_deferred_promotion.cuh),
 # with an M each can take and the output dtypes each is instantiated for.
 DEFERRED = [("swap_small", 16, (torch.bfloat16, torch.float16)), ("swap_medium", 64, tuple(TOLERANCE)),
-            ("medium", 128, (torch.bfloat16, torch.float16)), ("medium_n96", 128, (torch.bfloat16,)),
+            ("medium", 128, (torch.bfloat16, torch.float16)),
             ("large_cluster_n", 128, (torch.bfloat16,)), ("large", 300, tuple(TOLERANCE))]
 
 
@@ -98,11 +99,11 @@ def test_deferred_promotion_keeps_the_promoted_precision(config, m, out_dtypes, 
     assert promoted < 0.92 * fast, f"{config}: promoted {promoted:.3e}, fast accumulation {fast:.3e}"
 
 
-def test_medium_n96_refuses_fp16():
+def test_bf16_only_configs_refuse_fp16():
     a = torch.zeros(16, 128, device="cuda").to(F8)
     one = torch.ones((), device="cuda")
     with pytest.raises(ValueError, match="not instantiated"):
-        fp8ext.scaled_mm(a, a, one, one, out_dtype=torch.float16, config="medium_n96")
+        fp8ext.scaled_mm(a, a, one, one, out_dtype=torch.float16, config="large_cluster_n")
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 9])
@@ -162,7 +163,7 @@ def test_fast_accumulation_allowed(m, out_dtype, seed):
 
 
 @pytest.mark.parametrize("m,config", [(16, "auto"), (100, "auto"), (64, "swap_medium"), (128, "medium"),
-                                      (128, "medium_n96"), (128, "large_cluster_n"), (300, "large"),
+                                      (128, "large_cluster_n"), (300, "large"),
                                       (64, "split_k")])
 def test_fast_accumulation_drops_the_promotion_at_decode_m(monkeypatch, m, config, seed):
     """With bf16 output, use_fast_accum also reaches the small-M kernels (and split-K's
@@ -176,7 +177,10 @@ def test_fast_accumulation_drops_the_promotion_at_decode_m(monkeypatch, m, confi
     promoted = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, config=config)
     fast = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, config=config, use_fast_accum=True)
     assert not torch.equal(fast, promoted)
-    assert rel_error(fast, reference(a, b, sa, sb, bias)) < TOLERANCE[torch.bfloat16]
+    ref = reference(a, b, sa, sb, bias)
+    # Never promoting costs ~1.3x the error at K = 4096 (2.1e-3 against 1.66e-3); a
+    # loop that let the producer overwrite a stage still being read cost 2.6-7.8x.
+    assert rel_error(fast, ref) < min(TOLERANCE[torch.bfloat16], 1.6 * rel_error(promoted, ref))
     exact32 = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
     assert torch.equal(exact32, fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, use_fast_accum=True))
 

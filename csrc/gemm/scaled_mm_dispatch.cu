@@ -15,7 +15,7 @@
 //   M <= 64      kSwapMedium  swap-AB, 64 x 64 x 128 tiles
 //                             64x6144x4096: 11.4 (swap_small 18.4, medium 14.7)
 //   M <= 128     kSwapMedium  when its tiles (N/64 x M/64) fit in one wave on the SMs, else kMedium
-//                             (64 x 128 tiles, ping-pong): 128x4096x4096 12.5 vs 15.7,
+//                             (then 64 x 128 tiles, ping-pong): 128x4096x4096 12.5 vs 15.7,
 //                             128x4096x14336 27.3 vs 39.0; 128x6144x4096 17.5 vs 15.0,
 //                             128x8192x8192 33.2 vs 27.7
 //                kLargeClusterN for N >= 8192 (bf16): 128 x 128 tiles in 1x2 clusters (run
@@ -55,15 +55,18 @@
 // rows (0.1-14%): 8b_o at M = 64 8.02 -> 7.39 us, 8b_down at M = 64 22.37 -> 19.59, 8b_gate_up
 // at M = 1024 221.1 -> 207.8 (row-wise), 8b_qkv at M = 4096 178.8 -> 173.1.
 //
-// kMediumN96 (64x96 tiles in 2x1 clusters, cuBLASLt's shape at 128x6144x4096)
-// took 11.05 us there against auto's (kMedium) 11.47, before kMedium promoted
-// one K tile behind; it lost on the other 8B layers at M = 128. For tuning.
+// kMedium's tiles are now cuBLASLt's at 128x6144x4096: 64x96 in 2x1 clusters,
+// both promoting one K tile behind, in session 22's second run
+// (gemm_deferred_promotion_configs_2026-12-03_h200_1aad5c3.json): 9.84 us
+// against 64x128 tiles' 10.82 there (auto's choice), 22.92 vs 24.14 at 128x4096x14336
+// (where auto's split-K took 23.58), 8.97 vs 9.07 at 4096x4096 (auto: kSwapMedium,
+// 8.81), 37.15 vs 36.76 at 28672x4096 (auto: kLargeClusterN, 36.14).
 // (Session 21's swap-AB kernels in clusters, cuBLASLt's M = 16 shapes, won
 // 1.5-3% on some rows and lost up to 38% on others: removed.)
 //
-// Instantiations (at most 16): bf16 has every config; fp16 kLarge, kMedium,
-// kSwapSmall, kSwapMedium; fp32 kLarge, kSwapMedium (and kGemv, CUDA cores) and
-// kLargeClusterN's split-K partials; E5M2 operands (fp32 output) kLarge only.
+// Instantiations (16, issue 4's budget): bf16 has every config; fp16 kLarge,
+// kMedium, kSwapSmall, kSwapMedium; fp32 kLarge, kSwapMedium (and kGemv, CUDA
+// cores) and kLargeClusterN's split-K partials; E5M2 operands (fp32 output) kLarge only.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -172,8 +175,7 @@ auto with_split_kernel(const ScaledMmProblem& p, Fn&& fn) {
 bool has_config(const ScaledMmProblem& p, GemmConfig c) {
   const bool e4m3 = p.a_format == Fp8Format::kE4M3 && p.b_format == Fp8Format::kE4M3;
   if (c == GemmConfig::kGemv || c == GemmConfig::kSplitK) return e4m3;
-  if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN ||
-      c == GemmConfig::kMediumN96)
+  if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN)
     return e4m3 && p.d_dtype == DType::kBFloat16;
   if (e4m3 && p.d_dtype != DType::kFloat32) return c != GemmConfig::kAuto;
   if (e4m3) return c == GemmConfig::kLarge || c == GemmConfig::kSwapMedium;
@@ -203,7 +205,6 @@ bool with_kernel(const ScaledMmProblem& p, GemmConfig c, Fn&& fn) {
         if (c == GemmConfig::kWideFastAccum) fn(Kernel<E4, E4, D, GemmConfig::kWideFastAccum>{});
         if (c == GemmConfig::kLargeN192) fn(Kernel<E4, E4, D, GemmConfig::kLargeN192>{});
         if (c == GemmConfig::kLargeClusterN) fn(Kernel<E4, E4, D, GemmConfig::kLargeClusterN>{});
-        if (c == GemmConfig::kMediumN96) fn(Kernel<E4, E4, D, GemmConfig::kMediumN96>{});
       }
     };
     switch (p.d_dtype) {
@@ -238,7 +239,7 @@ GemmConfig large_m_config(const ScaledMmProblem& p) {
 }
 
 // 64 < M <= 128: swap-AB 64x64 while its tiles fit in one wave; else 128x128
-// tiles in 1x2 clusters for N >= 8192 (bf16), else 64x128.
+// tiles in 1x2 clusters for N >= 8192 (bf16), else 64x96 in 2x1 clusters.
 GemmConfig one_tile_row_config(const ScaledMmProblem& p) {
   if (tiles(p, 64, 64) <= sm_count()) return GemmConfig::kSwapMedium;
   if (p.n >= 8192 && has_config(p, GemmConfig::kLargeClusterN)) return GemmConfig::kLargeClusterN;
@@ -289,7 +290,7 @@ const char* gemm_config_name(GemmConfig config) {
   switch (config) {
     case GemmConfig::kAuto: return "auto";
     case GemmConfig::kLarge: return "large_128x128_coop";
-    case GemmConfig::kMedium: return "medium_64x128_pingpong";
+    case GemmConfig::kMedium: return "medium_64x96_cluster_2x1";
     case GemmConfig::kSwapSmall: return "swap_ab_64x16";
     case GemmConfig::kSwapMedium: return "swap_ab_64x64";
     case GemmConfig::kWideFastAccum: return "wide_128x256_coop_fast_accum";
@@ -297,7 +298,6 @@ const char* gemm_config_name(GemmConfig config) {
     case GemmConfig::kLargeClusterN: return "large_128x128_coop_cluster_1x2";
     case GemmConfig::kGemv: return "gemv_cuda_cores";
     case GemmConfig::kSplitK: return "split_k";
-    case GemmConfig::kMediumN96: return "medium_64x96_cluster_2x1";
   }
   return "unknown";
 }

@@ -100,8 +100,7 @@ struct DeferredPromotionMainloop : Base {
     // Fast accumulation: every K tile's MMAs into the total, none promoted. (Not
     // the base's loop: inlined beside this one, it made ptxas spill.)
     if (params.mma_promotion_interval >= kNeverPromote) {
-      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
-      while (k_tile_count > 0) {
+      auto issue_into_total = [&] {
         pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
         const int stage = smem_pipe_read.index();
         warpgroup_fence_operand(accum);
@@ -114,11 +113,15 @@ struct DeferredPromotionMainloop : Base {
         warpgroup_commit_batch();
         warpgroup_fence_operand(accum);
         ++smem_pipe_read;
-        if (--k_tile_count > 0) {  // the batch before is done: its stage goes back
-          warpgroup_wait<1>();
-          pipeline.consumer_release(smem_pipe_release);
-          ++smem_pipe_release;
-        }
+        --k_tile_count;
+      };
+      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+      issue_into_total();
+      while (k_tile_count > 0) {
+        issue_into_total();
+        warpgroup_wait<1>();  // the K tile before is done: its stage goes back
+        pipeline.consumer_release(smem_pipe_release);
+        ++smem_pipe_release;
       }
       warpgroup_wait<0>();
       warpgroup_fence_operand(accum);

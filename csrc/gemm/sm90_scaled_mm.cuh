@@ -63,9 +63,14 @@ template <>
 struct ConfigOf<GemmConfig::kLarge>
     : TileConfig<Shape<_128, _128, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                  cutlass::epilogue::TmaWarpSpecializedCooperative, false, true> {};
+// cuBLASLt's tile at 128x6144x4096: 64 tiles of 96 weight rows for two 64-row
+// halves of M, each pair multicasting its weight tile (128 CTAs; 64x128 tiles
+// make 96). On the H200 at M = 128 (row-wise, us): 6144x4096 9.84 against
+// 64x128 tiles' 10.82, 4096x14336 22.92 / 24.14, 4096x4096 8.97 / 9.07,
+// 28672x4096 37.15 / 36.76 (bench/NOTES.md, session 22).
 template <>
 struct ConfigOf<GemmConfig::kMedium>
-    : TileConfig<Shape<_64, _128, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+    : TileConfig<Shape<_64, _96, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                  cutlass::epilogue::TmaWarpSpecialized, false, true> {};
 template <>
 struct ConfigOf<GemmConfig::kSwapSmall>
@@ -76,13 +81,6 @@ struct ConfigOf<GemmConfig::kSwapMedium>
     : TileConfig<Shape<_64, _64, _128>, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                  cutlass::epilogue::TmaWarpSpecialized, true, true> {};
 
-// cuBLASLt's tile at 128x6144x4096: 64 tiles of 96 weight rows for two 64-row
-// halves of M, each pair multicasting its weight tile (128 CTAs; 64x128 tiles
-// make 96).
-template <>
-struct ConfigOf<GemmConfig::kMediumN96>
-    : TileConfig<Shape<_64, _96, _128>, Shape<_2, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                 cutlass::epilogue::TmaWarpSpecialized, false, true> {};
 
 // With fp32 promotion a warp group holds two accumulators (the tensor cores'
 // partial sums and the fp32 total), so 64x256 per warp group would spill;

@@ -1,7 +1,7 @@
 """The tile configurations once every kernel that fits promotes to fp32 one K
 tile behind (sm90_deferred_promotion.cuh), in one process: at decode sizes
 (row-wise scales, FP8Linear's recipe) auto against each kernel that can take
-M (swap_medium, and at M = 65-128 medium, medium_n96 and large_cluster_n); at
+M (swap_medium, and at M = 65-128 medium and large_cluster_n); at
 M >= 1024 (issue 4's suite rows, per-tensor and row-wise) auto against large
 and large_n192 (CUTLASS's own mainloop, promoting every 256 of K). Beside them
 auto with use_fast_accum and cuBLASLt promoted. Every variant's CUDA graph (20
@@ -39,7 +39,7 @@ def variants(m: int) -> list[tuple[str, dict]]:
     if m <= 128:
         out = [("auto", {}), ("swap_medium", {"config": "swap_medium"})]
         if m > 64:
-            out += [(c, {"config": c}) for c in ("medium", "medium_n96", "large_cluster_n")]
+            out += [(c, {"config": c}) for c in ("medium", "large_cluster_n")]
     else:
         out = [("auto", {}), ("large", {"config": "large"}), ("large_n192", {"config": "large_n192"})]
     return out + [("auto fast", {"use_fast_accum": True})]

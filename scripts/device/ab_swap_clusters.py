@@ -1,5 +1,5 @@
 """Decode-sized FP8 GEMMs (M = 16, 64, 128): what "auto" runs, the tuning
-configurations around it (swap_medium, medium and medium_n96 at M = 128;
+configurations around it (swap_medium and medium at M = 128;
 session 21 also timed swap-AB kernels in thread-block clusters, cuBLASLt's
 shapes, since removed) and cuBLASLt per-tensor, in one process: every variant's graph (20
 calls, weights rotated past L2) timed in alternating bursts, row-wise scales
@@ -29,7 +29,7 @@ F8 = torch.float8_e4m3fn
 L2_BYTES = 60 * 2**20
 NK = {"8b_qkv": (6144, 4096), "8b_o": (4096, 4096), "8b_gate_up": (28672, 4096), "8b_down": (4096, 14336),
       "70b_o": (8192, 8192)}
-CONFIGS = {16: ["auto"], 64: ["auto"], 128: ["auto", "swap_medium", "medium", "medium_n96"]}
+CONFIGS = {16: ["auto"], 64: ["auto"], 128: ["auto", "swap_medium", "medium"]}
 
 
 def main():

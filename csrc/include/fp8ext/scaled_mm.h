@@ -49,7 +49,8 @@ struct ScaledMmProblem {
 enum class GemmConfig : int {
   kAuto = 0,       // choose by shape
   kLarge = 1,      // 128x128x128 tile, 2x1 cluster, cooperative
-  kMedium = 2,     // 64x128x128 tile, ping-pong
+  kMedium = 2,     // 64x96x128 tile, 2x1 cluster (the two 64-row halves of M <= 128 share each
+                   // weight tile by multicast: cuBLASLt's 128x6144x4096 shape), ping-pong
   kSwapSmall = 3,  // swap-AB (D^T = B A^T): 64 columns of N x 16 rows of M per tile (K 128)
   kSwapMedium = 4, // swap-AB: 64 x 64 (K 128)
   // bf16 output only:
@@ -65,9 +66,7 @@ enum class GemmConfig : int {
                 // kSwapMedium's tiles for M <= 64, 128x128 tiles in 1x2 clusters above (problems
                 // with too few tiles of N to fill the GPU; see scaled_mm_dispatch.cu). M <= 16
                 // runs whole K.
-  kMediumN96 = 10,  // 64x96x128 tiles (not swapped), 2x1: the two 64-row halves of M <= 128 share
-                    // each weight tile by multicast (cuBLASLt's 128x6144x4096 shape); bf16 only
-  kLastConfig = kMediumN96,
+  kLastConfig = kSplitK,
 };
 
 const char* gemm_config_name(GemmConfig config);
