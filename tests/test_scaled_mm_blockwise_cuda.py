@@ -173,6 +173,88 @@ def test_fp8_linear_blockwise_matches_the_cpu_reference(seed):
     assert rel_error(gpu.cpu(), cpu.double()) < TOLERANCE[torch.float32]
 
 
+# ---- split-K (config "block_split_k"): slices of K in one launch, then a sum ---------
+
+@pytest.mark.parametrize("splits", ["2", "3", "4", "8"])
+@pytest.mark.parametrize("m,n,k", [(1, 1000, 4096), (16, 4096, 1024), (17, 776, 1536), (33, 4095, 1024),
+                                   (64, 264, 2048), (64, 136, 4100), (100, 1000, 768), (128, 520, 1024),
+                                   (300, 264, 2048), (7, 8, 256)])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_split_k_every_split_count(monkeypatch, splits, m, n, k, out_dtype, seed):
+    """Each forced split count (FP8EXT_GEMM_SPLITS) gives the reference's result, bias
+    included once: slices of whole 128-column groups (K = 1536 takes 3 of 512 where 4 or 8
+    are asked; 4100, with a partial last group, runs whole), unaligned N padded as
+    elsewhere, every M the swap-AB 128x64 fp32 kernel takes (M = 300: five column tiles)."""
+    monkeypatch.setenv("FP8EXT_GEMM_SPLITS", splits)
+    check(m, n, k, out_dtype, config="block_split_k", seed=seed)
+    check(m, n, k, out_dtype, bias=False, config="block_split_k", seed=seed + 1)
+
+
+def test_split_k_slices_change_the_summation(monkeypatch, seed):
+    """The split kernel really ran: its fp32 sums of four slices differ from one pass
+    over K in the last bits (fp32 output shows them), and the same split count gives the
+    same bits every time (the slices are added in order)."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = block_operands(40, 2048, 4096, "cuda", torch.float32, g)
+    whole = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, bias=bias, config="block_swap_medium")
+    monkeypatch.setenv("FP8EXT_GEMM_SPLITS", "4")
+    split = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, bias=bias, config="block_split_k")
+    assert not torch.equal(split, whole)
+    assert rel_error(split, block_reference(a, b, sa, sb, bias)) < TOLERANCE[torch.float32]
+    for _ in range(3):
+        assert torch.equal(fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, bias=bias,
+                                            config="block_split_k"), split)
+
+
+@pytest.mark.parametrize("setting,m,k,split", [(None, 64, 4096, True), (None, 17, 4096, True),
+                                               (None, 16, 4096, False), (None, 65, 4096, False),
+                                               (None, 64, 512, False), (None, 64, 4100, False),
+                                               ("1", 64, 4096, False), ("2", 16, 4096, True),
+                                               ("2", 128, 4096, True)])
+def test_auto_split_k_setting(monkeypatch, setting, m, k, split, seed):
+    """kAuto slices K by its rule (16 < M <= 64 with N = 4096: 32 weight tiles for the
+    SMs; each slice >= 1024 of K, whole groups) or as FP8EXT_GEMM_SPLITS forces (at
+    M <= 128; 1: never): equal bits with the explicit configuration (under the same
+    setting) and unequal ones with the whole-K kernel show which ran."""
+    if torch.cuda.get_device_properties(0).multi_processor_count < 128:
+        pytest.skip("the cases assume >= 128 SMs (H100 SXM, H200: 132): 32 tiles of N = 4096 leave most idle")
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = block_operands(m, 4096, k, "cuda", torch.float32, g)
+    monkeypatch.delenv("FP8EXT_GEMM_SPLITS", raising=False)
+    if setting is not None:
+        monkeypatch.setenv("FP8EXT_GEMM_SPLITS", setting)
+    auto = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.float32)
+    assert torch.equal(auto, fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.float32,
+                                              config="block_split_k"))
+    monkeypatch.setenv("FP8EXT_GEMM_SPLITS", "1")
+    whole = fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.float32)
+    assert torch.equal(auto, whole) != split
+    assert rel_error(auto, block_reference(a, b, sa, sb, bias)) < TOLERANCE[torch.float32]
+
+
+def test_split_k_in_a_cuda_graph(seed):
+    """The rule's split (64 x 4096 x 4096) inside a graph: the workspace is the graph's,
+    the scales are read at replay time."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = block_operands(64, 4096, 4096, "cuda", torch.bfloat16, g)
+    eager = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+    sb.mul_(2.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, fp8ext.scaled_mm(a, b, sa, sb, bias=bias)) and not torch.equal(out, eager)
+
+
 def test_bad_input_raises():
     a = torch.randn(4, 256, device="cuda").to(F8)
     b = torch.randn(8, 256, device="cuda").to(F8)

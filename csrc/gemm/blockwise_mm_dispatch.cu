@@ -7,12 +7,14 @@
 // rows, M is the tile's 16 or 64 columns).
 //
 //   M <= 16   kSwapSmall   swap-AB, 128 x 16 tiles (bf16; fp16/fp32: kSwapMedium)
-//   M <= 64   kSwapMedium  swap-AB, 128 x 64 tiles
+//   M <= 64   kSplitK      slices of K through the fp32 kSwapMedium kernel, when
+//                          the rule below cuts K (else kSwapMedium itself)
 //   M <= 128  kMedium      64 x 128 tiles, ping-pong (bf16; else kLarge)
 //   M  > 128  kLarge       128 x 128 tiles, 1x2 cluster, cooperative
 //
 // Budget: 8 instantiations (CI compiles them all): bf16 has all four, fp16 and
-// fp32 kLarge and kSwapMedium.
+// fp32 kLarge and kSwapMedium (split-K runs the last in batch mode).
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -20,14 +22,44 @@
 #include "fp8ext/cuda_launch.h"
 #include "gemm_shape_checks.h"
 #include "fp8ext/scaled_mm_blockwise.h"
+#include "split_k_reduce.h"
 
 namespace fp8ext::cuda {
 namespace {
 
 using gemm::BlockwiseKernel;
+using SplitKPartials = gemm::BlockwiseSplitKPartials<BlockwiseConfig::kSwapMedium>;
+
+// Split-K (kSplitK). The weight's 128-row blocks give the swap-AB kernels one
+// CTA per 128 rows of N: 32 at N = 4096 for 132 SMs. At M <= 16 those CTAs
+// stream the weight; at M = 64 each one's 128 x 64 x K of MMAs is long enough
+// to bound it (H200, 64x4096x4096: 11.5 us against 6.8 at M = 16 and 9.6 at
+// M = 128 with 64-row tiles; bench/NOTES.md, session 22). Slices of K give
+// every SM a share in one launch; split_k_reduce.cu then sums the fp32 partials.
+int64_t split_k_tiles(const BlockwiseMmProblem& p) { return ceil_div(p.n, kGroupSize) * ceil_div(p.m, 64); }
+
+// The rule: at 16 < M <= 64, enough slices for the tiles to fill the SMs once,
+// each at least 8 groups (1024 of K), at most kMaxSplitK.
+int split_k_rule(const BlockwiseMmProblem& p) {
+  if (p.m <= 16 || p.m > 64) return 1;
+  const int64_t sms = current_device_info().sm_count;
+  return static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>({sms / split_k_tiles(p), ceil_div(p.k, kGroupSize) / 8, gemm::kMaxSplitK})));
+}
+
+// Slices kSplitK cuts K into (1: the problem runs whole): FP8EXT_GEMM_SPLITS's
+// count (kAuto takes kSplitK at M <= 128 only) or the rule, fewer until every
+// slice is whole groups of 128 (each slice's scales start at a group).
+int split_k_count(const BlockwiseMmProblem& p) {
+  const int setting = gemm::split_k_setting();
+  int s = setting > 0 ? setting : split_k_rule(p);
+  while (s > 1 && p.k % (kGroupSize * s) != 0) --s;
+  return s;
+}
 
 bool has_config(const BlockwiseMmProblem& p, BlockwiseConfig c) {
-  if (c == BlockwiseConfig::kLarge || c == BlockwiseConfig::kSwapMedium) return true;
+  if (c == BlockwiseConfig::kLarge || c == BlockwiseConfig::kSwapMedium || c == BlockwiseConfig::kSplitK)
+    return true;
   return p.d_dtype == DType::kBFloat16 && (c == BlockwiseConfig::kMedium || c == BlockwiseConfig::kSwapSmall);
 }
 
@@ -52,6 +84,40 @@ bool with_kernel(const BlockwiseMmProblem& p, BlockwiseConfig c, Fn&& fn) {
   return true;
 }
 
+// kAuto's choice among the kernels that take K whole.
+BlockwiseConfig whole_k_config(const BlockwiseMmProblem& p) {
+  BlockwiseConfig c = BlockwiseConfig::kLarge;
+  if (p.m <= 16) c = BlockwiseConfig::kSwapSmall;
+  else if (p.m <= 64) c = BlockwiseConfig::kSwapMedium;
+  else if (p.m <= 128) c = BlockwiseConfig::kMedium;
+  if (!has_config(p, c)) c = p.m <= 64 ? BlockwiseConfig::kSwapMedium : BlockwiseConfig::kLarge;
+  return c;
+}
+
+// The slices kSplitK cuts K into; with one, `config` becomes the whole-K kernel
+// kAuto would take.
+int resolve_split_k(const BlockwiseMmProblem& p, BlockwiseConfig& config) {
+  if (config != BlockwiseConfig::kSplitK) return 1;
+  const int splits = split_k_count(p);
+  if (splits < 2) config = whole_k_config(p);
+  return splits;
+}
+
+// The partial products of the K slices into the workspace's front, then their sum into D.
+cudaError_t run_split_k(const BlockwiseMmProblem& p, int splits, void* workspace, size_t workspace_bytes,
+                        cudaStream_t stream) {
+  // The partials are the TMA store's destination and the sum's 16-byte loads.
+  if (splits < 2 || splits > gemm::kMaxSplitK || workspace == nullptr || !aligned16(workspace))
+    return cudaErrorInvalidValue;
+  const size_t partial_bytes = gemm::split_k_partial_bytes(p.m, p.n, splits);
+  if (workspace_bytes < partial_bytes + SplitKPartials::workspace_bytes(p, splits)) return cudaErrorInvalidValue;
+  auto* partials = static_cast<float*>(workspace);
+  const cudaError_t err =
+      SplitKPartials::run(p, splits, partials, static_cast<uint8_t*>(workspace) + partial_bytes, stream);
+  if (err != cudaSuccess) return err;
+  return gemm::reduce_split_k(partials, splits, p.m, p.n, p.bias, p.d, p.d_dtype, p.ldd, stream);
+}
+
 }  // namespace
 
 const char* blockwise_config_name(BlockwiseConfig config) {
@@ -61,6 +127,7 @@ const char* blockwise_config_name(BlockwiseConfig config) {
     case BlockwiseConfig::kMedium: return "block_medium_64x128_pingpong";
     case BlockwiseConfig::kSwapSmall: return "block_swap_ab_128x16";
     case BlockwiseConfig::kSwapMedium: return "block_swap_ab_128x64";
+    case BlockwiseConfig::kSplitK: return "block_split_k";
   }
   return "unknown";
 }
@@ -83,16 +150,14 @@ bool blockwise_mm_has_config(const BlockwiseMmProblem& p, BlockwiseConfig config
 }
 
 BlockwiseConfig blockwise_mm_auto_config(const BlockwiseMmProblem& p) {
-  BlockwiseConfig c = BlockwiseConfig::kLarge;
-  if (p.m <= 16) c = BlockwiseConfig::kSwapSmall;
-  else if (p.m <= 64) c = BlockwiseConfig::kSwapMedium;
-  else if (p.m <= 128) c = BlockwiseConfig::kMedium;
-  if (!has_config(p, c)) c = p.m <= 64 ? BlockwiseConfig::kSwapMedium : BlockwiseConfig::kLarge;
-  return c;
+  if (p.m <= 128 && split_k_count(p) > 1) return BlockwiseConfig::kSplitK;
+  return whole_k_config(p);
 }
 
 size_t blockwise_mm_workspace_bytes(const BlockwiseMmProblem& p, BlockwiseConfig config) {
   if (config == BlockwiseConfig::kAuto) config = blockwise_mm_auto_config(p);
+  if (const int splits = resolve_split_k(p, config); splits > 1)
+    return gemm::split_k_partial_bytes(p.m, p.n, splits) + SplitKPartials::workspace_bytes(p, splits);
   size_t bytes = 0;
   with_kernel(p, config, [&](auto kernel) { bytes = decltype(kernel)::workspace_bytes(p); });
   return bytes;
@@ -102,6 +167,8 @@ cudaError_t blockwise_mm(const BlockwiseMmProblem& p, BlockwiseConfig config, vo
                          size_t workspace_bytes, cudaStream_t stream) {
   if (blockwise_mm_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
   if (config == BlockwiseConfig::kAuto) config = blockwise_mm_auto_config(p);
+  if (const int splits = resolve_split_k(p, config); splits > 1)
+    return run_split_k(p, splits, workspace, workspace_bytes, stream);
   cudaError_t err = cudaErrorInvalidValue;
   const bool found = with_kernel(p, config, [&](auto kernel) {
     using K = decltype(kernel);

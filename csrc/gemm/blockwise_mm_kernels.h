@@ -17,4 +17,17 @@ struct BlockwiseKernel {
   static cudaError_t run(const BlockwiseMmProblem& p, void* workspace, cudaStream_t stream);
 };
 
+// The first half of block-wise split-K: the fp32 kernel of config C in batch
+// mode, batch s multiplying the s-th of `splits` equal slices of K (whole
+// 128-column groups) and writing its partial product, without the bias, to
+// partials[s] ([M, N] row-major, back to back). Instantiated for kSwapMedium
+// (blockwise_mm_f16_f32.cu), whose device kernel is BlockwiseKernel<kFloat32,
+// kSwapMedium>'s: no instantiation of its own.
+template <BlockwiseConfig C>
+struct BlockwiseSplitKPartials {
+  static size_t workspace_bytes(const BlockwiseMmProblem& p, int splits);
+  static cudaError_t run(const BlockwiseMmProblem& p, int splits, float* partials, void* workspace,
+                         cudaStream_t stream);
+};
+
 }  // namespace fp8ext::cuda::gemm

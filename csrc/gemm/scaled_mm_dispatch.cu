@@ -135,32 +135,18 @@ int split_k_rule(const ScaledMmProblem& p) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({sm_count() / split_k_tiles(p), p.k / 3584, 4})));
 }
 
-// FP8EXT_GEMM_SPLITS (read at each call, for tuning in one process): a count
-// forces it wherever kSplitK runs (kAuto: 16 < M <= 128; 1: never split; at
-// most kMaxSplitK, fewer where K does not divide, see split_k_count); unset,
-// "auto" or anything but a whole positive number: the rule.
-int split_k_setting() {
-  const char* v = std::getenv("FP8EXT_GEMM_SPLITS");
-  if (!v || !*v) return 0;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  return *end == '\0' && n >= 1 ? static_cast<int>(std::min<long>(n, kMaxSplitK)) : 0;
-}
-
 // Slices kSplitK cuts K into (1: the problem runs whole, as kAuto would
-// without splitting): each slice a multiple of 16 (the TMA's unit). M <= 16
-// never splits, even when forced: slower at every size measured (the 64x16
-// whole-K kernel streams as fast, without the second kernel).
+// without splitting): FP8EXT_GEMM_SPLITS's count (gemm::split_k_setting; kAuto
+// takes kSplitK at 16 < M <= 128 only) or the rule, fewer until each slice is
+// a multiple of 16 (the TMA's unit). M <= 16 never splits, even when forced:
+// slower at every size measured (the 64x16 whole-K kernel streams as fast,
+// without the second kernel).
 int split_k_count(const ScaledMmProblem& p) {
   if (p.m <= 16) return 1;
-  const int setting = split_k_setting();
+  const int setting = gemm::split_k_setting();
   int s = setting > 0 ? setting : split_k_rule(p);
   while (s > 1 && p.k % (16 * s) != 0) --s;
   return s;
-}
-
-size_t split_k_partial_bytes(const ScaledMmProblem& p, int splits) {
-  return static_cast<size_t>(round_up(int64_t{splits} * p.m * p.n * 4, 256));
 }
 
 // Calls fn(gemm::SplitKPartials<...>{}) for the problem's tile family.
@@ -272,7 +258,7 @@ cudaError_t run_split_k(const ScaledMmProblem& p, int splits, void* workspace, s
                         cudaStream_t stream) {
   // The partials are the TMA store's destination and the sum's 16-byte loads.
   if (splits < 2 || splits > kMaxSplitK || !aligned16(workspace)) return cudaErrorInvalidValue;
-  const size_t partial_bytes = split_k_partial_bytes(p, splits);
+  const size_t partial_bytes = gemm::split_k_partial_bytes(p.m, p.n, splits);
   auto* partials = static_cast<float*>(workspace);
   const cudaError_t err = with_split_kernel(p, [&](auto kernel) {
     using Partials = decltype(kernel);
@@ -328,7 +314,7 @@ GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p) {
 size_t scaled_mm_workspace_bytes(const ScaledMmProblem& p, GemmConfig config) {
   if (config == GemmConfig::kAuto) config = scaled_mm_auto_config(p);
   if (const int splits = resolve_split_k(p, config); splits > 1)
-    return split_k_partial_bytes(p, splits) +
+    return gemm::split_k_partial_bytes(p.m, p.n, splits) +
            with_split_kernel(p, [&](auto k) { return decltype(k)::workspace_bytes(p, splits); });
   size_t bytes = 0;
   with_kernel(p, config, [&](auto kernel) { bytes = decltype(kernel)::workspace_bytes(p); });

@@ -61,10 +61,12 @@ struct ScaleLayout {
   using Type = Layout<Shape<Shape<Int<kGranularity>, int32_t>, Shape<_128, int32_t>, int32_t>,
                       conditional_t<kMnMajor, Stride<Stride<_0, _1>, Stride<_0, int32_t>, int32_t>,
                                     Stride<Stride<_0, int32_t>, Stride<_0, _1>, int32_t>>>;
-  // `blocks`: scales along M/N; `k_blocks`: along K; `ld`: the stride of the slower axis.
-  static Type make(int32_t blocks, int32_t k_blocks, int32_t ld) {
-    const auto shape = make_shape(make_shape(Int<kGranularity>{}, blocks), make_shape(_128{}, k_blocks), 1);
-    const int32_t batch = kMnMajor ? ld * k_blocks : ld * blocks;
+  // `blocks`: scales along M/N; `k_blocks`: along K (a slice's, with
+  // `slices` > 1: batch s starts s * k_blocks groups in); `ld`: the stride of
+  // the slower axis.
+  static Type make(int32_t blocks, int32_t k_blocks, int32_t ld, int32_t slices = 1) {
+    const auto shape = make_shape(make_shape(Int<kGranularity>{}, blocks), make_shape(_128{}, k_blocks), slices);
+    const int32_t batch = kMnMajor ? ld * k_blocks : k_blocks;
     if constexpr (kMnMajor) {
       return make_layout(shape, make_stride(make_stride(_0{}, _1{}), make_stride(_0{}, ld), batch));
     } else {
@@ -121,47 +123,58 @@ struct Sm90BlockwiseMm {
                                                           CollectiveEpilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
-  static typename CollectiveMainloop::Arguments mainloop_arguments(const BlockwiseMmProblem& p) {
+  // With splits > 1 (split-K; only BlockwiseSplitKPartials asks, with fp32 D)
+  // the kernel runs its batch mode: batch s multiplies the s-th slice of K (A,
+  // B and both scales advance K / splits per batch) and writes its partial
+  // product, without the bias, to partials[s] ([M, N] row-major, back to back).
+  static typename CollectiveMainloop::Arguments mainloop_arguments(const BlockwiseMmProblem& p, int splits) {
     using StrideA = typename GemmKernel::StrideA;
     using StrideB = typename GemmKernel::StrideB;
-    const auto k_blocks = static_cast<int32_t>(fp8ext::ceil_div(p.k, kGroupSize));
+    const auto k_blocks = static_cast<int32_t>(fp8ext::ceil_div(p.k / splits, kGroupSize));
+    const int64_t k_step = splits > 1 ? p.k / splits : 0;
     // The TMA reads a column of group scales in whole 16 bytes: M rounded up to
     // 4 (ld_scale_a >= that; rows past M scale zero rows of A and are not stored).
     const auto m4 = static_cast<int32_t>(fp8ext::round_up(p.m, kGroupScaleRowAlign));
-    const auto act = ActivationScales::make(m4, k_blocks, static_cast<int32_t>(p.ld_scale_a));
+    const auto act = ActivationScales::make(m4, k_blocks, static_cast<int32_t>(p.ld_scale_a), splits);
     const auto weight = WeightScales::make(static_cast<int32_t>(fp8ext::ceil_div(p.n, kGroupSize)), k_blocks,
-                                           static_cast<int32_t>(p.ld_scale_b));
+                                           static_cast<int32_t>(p.ld_scale_b), splits);
     const auto* a = static_cast<const Element*>(p.a);
     const auto* b = static_cast<const Element*>(p.b);
     if constexpr (kSwap) {  // the weight is the kernel's A
-      return {b, StrideA{p.ldb, Int<1>{}, int64_t{0}}, a, StrideB{p.lda, Int<1>{}, int64_t{0}},
+      return {b, StrideA{p.ldb, Int<1>{}, k_step}, a, StrideB{p.lda, Int<1>{}, k_step},
               p.scale_b, weight, p.scale_a, act};
     } else {
-      return {a, StrideA{p.lda, Int<1>{}, int64_t{0}}, b, StrideB{p.ldb, Int<1>{}, int64_t{0}},
+      return {a, StrideA{p.lda, Int<1>{}, k_step}, b, StrideB{p.ldb, Int<1>{}, k_step},
               p.scale_a, act, p.scale_b, weight};
     }
   }
 
-  static typename Gemm::Arguments arguments(const BlockwiseMmProblem& p) {
+  static typename Gemm::Arguments arguments(const BlockwiseMmProblem& p, int splits = 1, float* partials = nullptr) {
     using StrideD = typename GemmKernel::StrideD;
+    const bool split = splits > 1;
     const int m = static_cast<int>(kSwap ? p.n : p.m);
     const int n = static_cast<int>(kSwap ? p.m : p.n);
-    const int k = static_cast<int>(p.k);
+    const int k = static_cast<int>(p.k / splits);
+    const int64_t ldd = split ? p.n : p.ldd;
+    const int64_t d_step = split ? p.m * p.n : 0;
     StrideD stride_d{};
     if constexpr (kSwap) {
-      stride_d = StrideD{Int<1>{}, p.ldd, int64_t{0}};
+      stride_d = StrideD{Int<1>{}, ldd, d_step};
     } else {
-      stride_d = StrideD{p.ldd, Int<1>{}, int64_t{0}};
+      stride_d = StrideD{ldd, Int<1>{}, d_step};
     }
-    typename Bias::Arguments bias_args{static_cast<const ElementD*>(p.bias), ElementD(0), {}};
+    const auto* bias = split ? nullptr : static_cast<const ElementD*>(p.bias);  // added once, after the sum
+    auto* d = split ? reinterpret_cast<ElementD*>(partials) : static_cast<ElementD*>(p.d);
+    typename Bias::Arguments bias_args{bias, ElementD(0), {}};
     typename Fusion::Arguments fusion{{}, bias_args, {}};
     cutlass::KernelHardwareInfo hw;
     hw.device_id = current_device_info().device;
     hw.sm_count = current_device_info().sm_count;
-    typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                                  {m, n, k, 1},
-                                  mainloop_arguments(p),
-                                  {fusion, nullptr, stride_d, static_cast<ElementD*>(p.d), stride_d},
+    typename Gemm::Arguments args{split ? cutlass::gemm::GemmUniversalMode::kBatched
+                                        : cutlass::gemm::GemmUniversalMode::kGemm,
+                                  {m, n, k, splits},
+                                  mainloop_arguments(p, splits),
+                                  {fusion, nullptr, stride_d, d, stride_d},
                                   hw};
     // Swizzled groups of tiles keep long-K panels in L2 (FP8EXT_GEMM_SWIZZLE /
     // FP8EXT_GEMM_RASTER override, for tuning). H200, bf16, TFLOP/s with
@@ -186,6 +199,21 @@ template <DType D, BlockwiseConfig C>
 size_t BlockwiseKernel<D, C>::workspace_bytes(const BlockwiseMmProblem& p) {
   using Impl = detail::BlockwiseImpl<D, C>;
   return Impl::Gemm::get_workspace_size(Impl::arguments(p));
+}
+
+template <BlockwiseConfig C>
+size_t BlockwiseSplitKPartials<C>::workspace_bytes(const BlockwiseMmProblem& p, int splits) {
+  using Impl = detail::BlockwiseImpl<DType::kFloat32, C>;
+  return Impl::Gemm::get_workspace_size(Impl::arguments(p, splits, nullptr));
+}
+
+template <BlockwiseConfig C>
+cudaError_t BlockwiseSplitKPartials<C>::run(const BlockwiseMmProblem& p, int splits, float* partials,
+                                            void* workspace, cudaStream_t stream) {
+  using Impl = detail::BlockwiseImpl<DType::kFloat32, C>;
+  // Every slice whole groups of 128 (its scales start at a group), so a multiple of the TMA's 16 bytes.
+  if (splits < 2 || p.k % (int64_t{kGroupSize} * splits) != 0) return cudaErrorInvalidValue;
+  return detail::run_gemm<typename Impl::Gemm>(Impl::arguments(p, splits, partials), workspace, stream);
 }
 
 template <DType D, BlockwiseConfig C>

@@ -88,16 +88,7 @@ struct DeferredBlockwiseMainloop : Base {
       const int stage = smem_pipe_read.index();
       copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), sfa);
       copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), sfb);
-      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
-      warpgroup_fence_operand(partial);
-      warpgroup_arrive();
-      CUTLASS_PRAGMA_UNROLL
-      for (int k_block = 0; k_block < size<2>(tCrA); ++k_block) {
-        cute::gemm(tiled_mma, tCrA(_, _, k_block, stage), tCrB(_, _, k_block, stage), partial);
-        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-      }
-      warpgroup_commit_batch();
-      warpgroup_fence_operand(partial);
+      queue_k_tile_mmas(tiled_mma, tCrA, tCrB, stage, partial, true);
       fold_scales(sfa, sfb);
       ++smem_pipe_read;
       --k_tile_count;

@@ -62,17 +62,7 @@ struct DeferredPromotionMainloop : Base {
     // Waits for the next stage and queues its MMAs into `partial` (from zero).
     auto issue = [&](auto& partial) {
       pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
-      const int stage = smem_pipe_read.index();
-      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
-      warpgroup_fence_operand(partial);
-      warpgroup_arrive();
-      CUTLASS_PRAGMA_UNROLL
-      for (int k_block = 0; k_block < size<2>(tCrA); ++k_block) {
-        cute::gemm(tiled_mma, tCrA(_, _, k_block, stage), tCrB(_, _, k_block, stage), partial);
-        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-      }
-      warpgroup_commit_batch();
-      warpgroup_fence_operand(partial);
+      queue_k_tile_mmas(tiled_mma, tCrA, tCrB, smem_pipe_read.index(), partial, true);
       ++smem_pipe_read;
       --k_tile_count;
     };
@@ -100,25 +90,15 @@ struct DeferredPromotionMainloop : Base {
     // Fast accumulation: every K tile's MMAs into the total, none promoted. (Not
     // the base's loop: inlined beside this one, it made ptxas spill.)
     if (params.mma_promotion_interval >= kNeverPromote) {
-      auto issue_into_total = [&] {
+      auto issue_into_total = [&](bool first) {
         pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
-        const int stage = smem_pipe_read.index();
-        warpgroup_fence_operand(accum);
-        warpgroup_arrive();
-        CUTLASS_PRAGMA_UNROLL
-        for (int k_block = 0; k_block < size<2>(tCrA); ++k_block) {
-          cute::gemm(tiled_mma, tCrA(_, _, k_block, stage), tCrB(_, _, k_block, stage), accum);
-          tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-        }
-        warpgroup_commit_batch();
-        warpgroup_fence_operand(accum);
+        queue_k_tile_mmas(tiled_mma, tCrA, tCrB, smem_pipe_read.index(), accum, first);
         ++smem_pipe_read;
         --k_tile_count;
       };
-      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
-      issue_into_total();
+      issue_into_total(true);
       while (k_tile_count > 0) {
-        issue_into_total();
+        issue_into_total(false);
         warpgroup_wait<1>();  // the K tile before is done: its stage goes back
         pipeline.consumer_release(smem_pipe_release);
         ++smem_pipe_release;

@@ -40,6 +40,28 @@ using OutElement = std::conditional_t<D == DType::kBFloat16, cutlass::bfloat16_t
 // cores' partial sums are never promoted (fast accumulation); a multiple of 4.
 constexpr uint32_t kNeverPromote = 1u << 30;
 
+// Queues one K tile's MMAs (pipeline stage `stage` of the shared-memory
+// operands tCrA / tCrB) into the accumulator `acc`, as one committed batch
+// that warpgroup_wait<N> can wait for. With `from_zero` the first MMA
+// overwrites `acc` instead of adding to it. The deferred mainloops
+// (sm90_deferred_promotion.cuh, sm90_deferred_blockwise.cuh) issue all their
+// MMAs through it.
+template <class TiledMma, class FragA, class FragB, class Acc>
+CUTLASS_DEVICE void queue_k_tile_mmas(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tCrB, int stage, Acc& acc,
+                                      bool from_zero) {
+  using namespace cute;
+  if (from_zero) tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+  warpgroup_fence_operand(acc);
+  warpgroup_arrive();
+  CUTLASS_PRAGMA_UNROLL
+  for (int k_block = 0; k_block < size<2>(tCrA); ++k_block) {
+    cute::gemm(tiled_mma, tCrA(_, _, k_block, stage), tCrB(_, _, k_block, stage), acc);
+    tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(acc);
+}
+
 // can_implement / initialize refusals are argument errors; a failed run keeps
 // the CUDA error of its launch.
 inline cudaError_t refusal(cutlass::Status) { return cudaErrorInvalidValue; }

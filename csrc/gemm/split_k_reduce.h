@@ -1,11 +1,15 @@
-// The second half of a split-K GEMM (kSplitK in scaled_mm_dispatch.cu):
-// the CUTLASS kernel leaves one fp32 partial product per slice of K, already
-// scaled, and this kernel sums them, adds the bias and rounds to D's dtype.
+// The second half of a split-K GEMM (kSplitK in scaled_mm_dispatch.cu and
+// blockwise_mm_dispatch.cu): the CUTLASS kernel leaves one fp32 partial
+// product per slice of K, already scaled, and this kernel sums them, adds the
+// bias and rounds to D's dtype. Also what both dispatchers share about the
+// split: the FP8EXT_GEMM_SPLITS setting and the partials' size.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "fp8ext/types.h"
 
@@ -13,6 +17,24 @@ namespace fp8ext::cuda::gemm {
 
 // The most slices the reduction takes (and scaled_mm_dispatch.cu cuts).
 constexpr int kMaxSplitK = 8;
+
+// FP8EXT_GEMM_SPLITS (read at each call, for tuning in one process): a whole
+// positive count forces that many slices (at most kMaxSplitK) wherever split-K
+// runs; unset, "auto" or anything else: 0, the dispatcher's rule.
+inline int split_k_setting() {
+  const char* v = std::getenv("FP8EXT_GEMM_SPLITS");
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return *end == '\0' && n >= 1 ? static_cast<int>(std::min<long>(n, kMaxSplitK)) : 0;
+}
+
+// Workspace bytes of `splits` fp32 partial products of an [m, n] D (whole 256
+// bytes, so what follows them stays aligned).
+inline size_t split_k_partial_bytes(int64_t m, int64_t n, int splits) {
+  const int64_t bytes = int64_t{splits} * m * n * 4;
+  return static_cast<size_t>((bytes + 255) / 256 * 256);
+}
 
 // D[i, j] = sum_s partials[s][i][j] + bias[j], summed in order of s (the same
 // bits on every run), rounded once to d_dtype. partials: fp32 [splits, m, n],

@@ -4,6 +4,7 @@
 // fp32; fp16 is covered by pytest); plus refusals and the M buckets.
 // Skips (exit 77) where there is no GPU.
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -151,10 +152,28 @@ FP8EXT_TEST(auto_config_buckets) {
     p.m = m;
     return cuda::blockwise_mm_auto_config(p);
   };
+  unsetenv("FP8EXT_GEMM_SPLITS");
   EXPECT_EQ(int(config_for(1)), int(BlockwiseConfig::kSwapSmall));
   EXPECT_EQ(int(config_for(16)), int(BlockwiseConfig::kSwapSmall));
-  EXPECT_EQ(int(config_for(17)), int(BlockwiseConfig::kSwapMedium));
+  EXPECT_EQ(int(config_for(17)), int(BlockwiseConfig::kSplitK));  // 32 weight tiles: 4 slices of 1024
+  EXPECT_EQ(int(config_for(64)), int(BlockwiseConfig::kSplitK));
+  EXPECT_TRUE(cuda::blockwise_mm_workspace_bytes(p, BlockwiseConfig::kAuto) >= size_t{4} * 64 * 4096 * 4);
+  p.k = 512;  // 4 groups: too short to slice
   EXPECT_EQ(int(config_for(64)), int(BlockwiseConfig::kSwapMedium));
+  p.k = 4096 + 16;  // a partial last group: slices would not start at a group
+  EXPECT_EQ(int(config_for(64)), int(BlockwiseConfig::kSwapMedium));
+  p.k = 4096;
+  p.n = 28672;  // 224 weight tiles already fill the SMs
+  EXPECT_EQ(int(config_for(64)), int(BlockwiseConfig::kSwapMedium));
+  p.n = 4096;
+  setenv("FP8EXT_GEMM_SPLITS", "1", 1);  // never
+  EXPECT_EQ(int(config_for(64)), int(BlockwiseConfig::kSwapMedium));
+  setenv("FP8EXT_GEMM_SPLITS", "3", 1);  // forced at M <= 128; 4096 is no multiple of 384: two slices
+  EXPECT_EQ(int(config_for(16)), int(BlockwiseConfig::kSplitK));
+  EXPECT_EQ(int(config_for(128)), int(BlockwiseConfig::kSplitK));
+  EXPECT_TRUE(cuda::blockwise_mm_workspace_bytes(p, BlockwiseConfig::kAuto) >= size_t{2} * 128 * 4096 * 4);
+  EXPECT_EQ(int(config_for(129)), int(BlockwiseConfig::kLarge));
+  unsetenv("FP8EXT_GEMM_SPLITS");
   EXPECT_EQ(int(config_for(65)), int(BlockwiseConfig::kMedium));
   EXPECT_EQ(int(config_for(129)), int(BlockwiseConfig::kLarge));
   p.d_dtype = DType::kFloat32;  // kLarge and kSwapMedium only
@@ -162,4 +181,31 @@ FP8EXT_TEST(auto_config_buckets) {
   EXPECT_EQ(int(config_for(100)), int(BlockwiseConfig::kLarge));
   EXPECT_TRUE(!cuda::blockwise_mm_has_config(p, BlockwiseConfig::kMedium));
   EXPECT_TRUE(cuda::blockwise_mm_has_config(p, BlockwiseConfig::kAuto));
+  EXPECT_TRUE(cuda::blockwise_mm_has_config(p, BlockwiseConfig::kSplitK));  // fp32 partials, any output
+}
+
+FP8EXT_TEST(split_k_every_split_count) {
+  // kSplitK with the split count forced (FP8EXT_GEMM_SPLITS): slices of whole
+  // 128-column groups (K = 384 takes 3 where 2 or 4 are asked; 272, with a
+  // partial last group, runs whole), every M the fp32 swap-AB kernel takes.
+  // auto_config_buckets checks that the split path is the one kAuto takes.
+  test::require_gpu();
+  uint32_t seed = std::random_device{}();
+  const test::GemmCase kSplitCases[] = {{1, 136, 1024}, {16, 264, 384}, {17, 136, 1024}, {64, 200, 512},
+                                        {33, 520, 272}, {100, 264, 2048}, {300, 136, 256}};
+  std::string failures;
+  for (const char* splits : {"2", "3", "4", "8"}) {
+    setenv("FP8EXT_GEMM_SPLITS", splits, 1);
+    for (const test::GemmCase& c : kSplitCases)
+      for (DType d : {DType::kBFloat16, DType::kFloat32}) {
+        if (test::quick() && d != DType::kBFloat16) continue;
+        const double e = run_and_compare(make_problem(c.m, c.n, c.k, ++seed), d, true, BlockwiseConfig::kSplitK);
+        if (!(e < test::gemm_tolerance(d)))
+          failures += " [splits=" + std::string(splits) + " M=" + std::to_string(c.m) + " N=" +
+                      std::to_string(c.n) + " K=" + std::to_string(c.k) + " dtype=" + std::to_string(int(d)) +
+                      " err=" + std::to_string(e) + "]";
+      }
+  }
+  unsetenv("FP8EXT_GEMM_SPLITS");
+  EXPECT_EQ_CTX(failures.empty(), true, failures);
 }

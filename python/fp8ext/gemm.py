@@ -13,8 +13,9 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
               config: str = "auto", use_fast_accum: bool = False) -> torch.Tensor:
     """``D = (scale_a * A) @ (scale_b * B)^T + bias``.
 
-    By default the tensor cores' partial sums are promoted to float32 every 256
-    of K (every 128 with float32 output): the precision class of
+    By default the tensor cores' partial sums are promoted to float32 every 128
+    of K (every 256 in the 128x192-tile kernel that bf16 output takes at M >= 4096,
+    N >= 6144): the precision class of
     ``torch._scaled_mm``'s default (on the H200 the error against a float64
     reference is within 0.5% of cuBLAS's). ``use_fast_accum=True`` allows FP8
     fast accumulation with bf16 output: no promotion at all, and a 128x256-tile
@@ -38,6 +39,10 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     partial sums of every 128 of K are multiplied by their two scales and added
     in float32 (``use_fast_accum`` does not apply). Every M works (M = 1
     included), and N or K not a multiple of 128 too: the last block is partial.
+    At 16 < M <= 64, where the weight's 128-row blocks leave few tiles for the
+    SMs, ``"auto"`` runs split-K (``config="block_split_k"``; K a multiple of 128
+    x slices): slices of K in one launch, then a kernel that sums their fp32
+    partials in order (deterministic; the last bits differ from one pass over K).
 
     Args:
         a: ``[M, K]`` float8 (``float8_e4m3fn`` or ``float8_e5m2``), the activation.

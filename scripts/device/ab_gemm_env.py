@@ -4,7 +4,8 @@ each setting of environment variables the library reads at launch,
 interleaved over rounds, with cuBLAS (torch._scaled_mm) timed in every round as
 the anchor, the outputs checked equal across settings and against cuBLAS.
 
-    python3 scripts/device/ab_gemm_env.py --settings - FP8EXT_GEMV=0 [--m 1 16 64] [--rounds 2] [--out DIR]
+    python3 scripts/device/ab_gemm_env.py --settings - FP8EXT_GEMV=0 [--m 1 16 64] [--rounds 2]
+        [--kinds block-wise] [--close] [--out DIR]
 
 A setting is "VAR=VALUE,VAR=VALUE" or "-" for none; every variable any setting
 names is unset before each setting. (Session 16 timed 472599c's weight
@@ -30,7 +31,10 @@ F8 = torch.float8_e4m3fn
 LAYERS = ["8b_qkv", "8b_o", "8b_gate_up", "8b_down", "cube"]
 
 
-def cases(ms, layers):
+KINDS = ("per-tensor", "row-wise", "block-wise")
+
+
+def cases(ms, layers, kinds=KINDS):
     """(name, weight bytes, ours(w), anchor(w) or None, the weight copies to rotate)."""
     out = []
     for layer in layers:
@@ -39,11 +43,15 @@ def cases(ms, layers):
         for m in ms:
             a = (torch.randn(m, k, device="cuda") * 2).to(F8)
             for kind in ("per-tensor", "row-wise"):
+                if kind not in kinds:
+                    continue
                 sa, sb = scales(m, n, kind == "row-wise")
                 ours = lambda w, a=a, sa=sa, sb=sb: fp8ext.scaled_mm(a, w, sa.reshape(-1), sb.reshape(-1))  # noqa: E731
                 anchor = lambda w, a=a, sa=sa, sb=sb: torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb,  # noqa: E731
                                                                        out_dtype=torch.bfloat16)
                 out.append((f"{m}x{n}x{k} {kind}", n * k, ours, anchor, ws))
+            if "block-wise" not in kinds:
+                continue
             ga, gb = group_scales(m, k), torch.rand(-(-n // BLOCK), -(-k // BLOCK), device="cuda") * 0.1 + 0.01
             ours = lambda w, a=a, ga=ga, gb=gb: fp8ext.scaled_mm(a, w, ga, gb)  # noqa: E731
             anchor, _ = cublas_blockwise(a, ws[0], ga, gb)
@@ -57,13 +65,14 @@ def main():
     ap.add_argument("--m", type=int, nargs="+", default=[1, 16, 64])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--layers", nargs="+", default=LAYERS, choices=sorted(NK), help="bench_gemm's layer names")
+    ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS, help="which scalings' rows")
     ap.add_argument("--close", action="store_true",
                     help="settings may change a sum's order (split-K): outputs agree within 1e-2, not bit for bit")
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.manual_seed(0)
     named = {v for st in args.settings for v in env_setting(st)}
-    rows = cases(args.m, args.layers)
+    rows = cases(args.m, args.layers, args.kinds)
     ref, times, anchor_times = {}, {}, {}
     for rnd in range(args.rounds):
         for st in args.settings:

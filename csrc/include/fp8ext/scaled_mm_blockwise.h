@@ -57,7 +57,9 @@ enum class BlockwiseConfig : int {
   kMedium = 2,      // 64x128x128 tile, ping-pong (bf16 only)
   kSwapSmall = 3,   // swap-AB (D^T = B A^T): 128 rows of N x 16 of M per tile, ping-pong (bf16 only)
   kSwapMedium = 4,  // swap-AB: 128 x 64
-  kLastConfig = kSwapMedium,
+  kSplitK = 5,      // slices of K at once (the fp32 kSwapMedium kernel's batch mode, partials in the
+                    // workspace), then a kernel sums them; one slice: the whole-K kernel kAuto takes
+  kLastConfig = kSplitK,
 };
 
 const char* blockwise_config_name(BlockwiseConfig config);

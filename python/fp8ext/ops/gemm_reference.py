@@ -88,8 +88,10 @@ torch.library.impl("fp8ext::scaled_mm", "CPU")(scaled_mm)
 
 # ---- block-wise (1x128 activation groups, 128x128 weight blocks) -------------------
 # Tile configurations of the block-wise kernels (BlockwiseConfig in
-# csrc/include/fp8ext/scaled_mm_blockwise.h); block_medium and block_swap_small are bf16-only.
-BLOCKWISE_CONFIGS = {"auto": 0, "block_large": 1, "block_medium": 2, "block_swap_small": 3, "block_swap_medium": 4}
+# csrc/include/fp8ext/scaled_mm_blockwise.h); block_medium and block_swap_small are bf16-only;
+# block_split_k slices K (FP8EXT_GEMM_SPLITS, or the rule at 16 < M <= 64), then sums the slices.
+BLOCKWISE_CONFIGS = {"auto": 0, "block_large": 1, "block_medium": 2, "block_swap_small": 3, "block_swap_medium": 4,
+                     "block_split_k": 5}
 
 
 def is_blockwise(a, b, scale_a, scale_b) -> bool:
