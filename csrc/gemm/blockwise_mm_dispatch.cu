@@ -33,18 +33,24 @@ using SplitKPartials = gemm::BlockwiseSplitKPartials<BlockwiseConfig::kSwapMediu
 // Split-K (kSplitK). The weight's 128-row blocks give the swap-AB kernels one
 // CTA per 128 rows of N: 32 at N = 4096 for 132 SMs. At M <= 16 those CTAs
 // stream the weight; at M = 64 each one's 128 x 64 x K of MMAs is long enough
-// to bound it (H200, 64x4096x4096: 11.5 us against 6.8 at M = 16 and 9.6 at
-// M = 128 with 64-row tiles; bench/NOTES.md, session 22). Slices of K give
-// every SM a share in one launch; split_k_reduce.cu then sums the fp32 partials.
+// to bound it (H200, 64x4096x4096: 11.5 us against 6.8 at M = 16). Slices of
+// K give every SM a share in one launch; split_k_reduce.cu then sums the fp32
+// partials. Measured on the H200, graph-timed, weights past L2, us, whole K ->
+// 2 / 4 slices (bench/results/gemm_blockwise_split_k_ab_2026-12-04_h200_5e2acc0.json):
+//   64x4096x4096   11.51 -> 10.23 / 9.79     64x4096x14336  33.41 -> 21.91 / 21.57
+//   but 64x6144x4096 11.97 -> 12.89 / 13.92 (48 tiles), 64x8192x8192 22.23 ->
+//   24.08 / 25.17 (64 tiles), and slower at every M <= 16 (16x4096x4096 6.86
+//   -> 9.70 / 9.18) and at M = 128 but 128x4096x14336 (28.89 -> 27.28 / 27.96).
 int64_t split_k_tiles(const BlockwiseMmProblem& p) { return ceil_div(p.n, kGroupSize) * ceil_div(p.m, 64); }
 
-// The rule: at 16 < M <= 64, enough slices for the tiles to fill the SMs once,
-// each at least 8 groups (1024 of K), at most kMaxSplitK.
+// The rule: at 16 < M <= 64, where the tiles fill at most a third of the SMs,
+// enough slices to fill them once, each at least 8 groups (1024 of K), at most
+// kMaxSplitK.
 int split_k_rule(const BlockwiseMmProblem& p) {
   if (p.m <= 16 || p.m > 64) return 1;
-  const int64_t sms = current_device_info().sm_count;
-  return static_cast<int>(std::max<int64_t>(
-      1, std::min<int64_t>({sms / split_k_tiles(p), ceil_div(p.k, kGroupSize) / 8, gemm::kMaxSplitK})));
+  const int64_t fill = current_device_info().sm_count / split_k_tiles(p);
+  if (fill < 3) return 1;
+  return static_cast<int>(std::min<int64_t>({fill, ceil_div(p.k, kGroupSize) / 8, gemm::kMaxSplitK}));
 }
 
 // Slices kSplitK cuts K into (1: the problem runs whole): FP8EXT_GEMM_SPLITS's

@@ -46,10 +46,13 @@ template <>
 struct BlockwiseConfigOf<BlockwiseConfig::kSwapSmall>
     : BlockwiseTileConfig<Shape<_128, _16, _128>, Shape<_1, _1, _1>, Pingpong,
                           cutlass::epilogue::TmaWarpSpecialized, true> {};
+// Cooperative: at M = 17-64 (and in split-K) a CTA has one or two tiles, so
+// ping-pong's second warp group would idle; two warp groups each take 64 of
+// the tile's 128 weight rows.
 template <>
 struct BlockwiseConfigOf<BlockwiseConfig::kSwapMedium>
-    : BlockwiseTileConfig<Shape<_128, _64, _128>, Shape<_1, _1, _1>, Pingpong,
-                          cutlass::epilogue::TmaWarpSpecialized, true> {};
+    : BlockwiseTileConfig<Shape<_128, _64, _128>, Shape<_1, _1, _1>, Cooperative,
+                          cutlass::epilogue::TmaWarpSpecializedCooperative, true> {};
 
 // The scale-factor layouts, as CUTLASS's blockwise mainloop reads them: for
 // each operand ((granularity, blocks) along M or N, (128, blocks) along K, L).

@@ -165,6 +165,8 @@ FP8EXT_TEST(auto_config_buckets) {
   p.k = 4096;
   p.n = 28672;  // 224 weight tiles already fill the SMs
   EXPECT_EQ(int(config_for(64)), int(BlockwiseConfig::kSwapMedium));
+  p.n = 6144;  // 48 tiles: two slices would be slower than none
+  EXPECT_EQ(int(config_for(64)), int(BlockwiseConfig::kSwapMedium));
   p.n = 4096;
   setenv("FP8EXT_GEMM_SPLITS", "1", 1);  // never
   EXPECT_EQ(int(config_for(64)), int(BlockwiseConfig::kSwapMedium));
