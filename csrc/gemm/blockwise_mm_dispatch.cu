@@ -2,9 +2,9 @@
 // need, picks a tile configuration by M and maps the output dtype to one of the
 // instantiated kernels (blockwise_mm_*.cu).
 //
-// The weight's scale blocks are 128 rows of N, so a tile covers 128 (or 2 x 64
-// with ping-pong) of N: the small-M kernels are swap-AB (N fills the MMA's 128
-// rows, M is the tile's 16 or 64 columns).
+// The weight's scale blocks are 128 rows of N, so a tile covers 128 of N: the
+// small-M kernels are swap-AB (N fills the MMA's 128 rows, M is the tile's 16
+// or 64 columns).
 //
 //   M <= 16   kSwapSmall   swap-AB, 128 x 16 tiles (bf16; fp16/fp32: kSwapMedium)
 //   M <= 64   kSplitK      slices of K through the fp32 kSwapMedium kernel, when
@@ -31,12 +31,13 @@ using gemm::BlockwiseKernel;
 using SplitKPartials = gemm::BlockwiseSplitKPartials<BlockwiseConfig::kSwapMedium>;
 
 // Split-K (kSplitK). The weight's 128-row blocks give the swap-AB kernels one
-// CTA per 128 rows of N: 32 at N = 4096 for 132 SMs. At M <= 16 those CTAs
-// stream the weight; at M = 64 each one's 128 x 64 x K of MMAs is long enough
-// to bound it (H200, 64x4096x4096: 11.5 us against 6.8 at M = 16). Slices of
-// K give every SM a share in one launch; split_k_reduce.cu then sums the fp32
-// partials. Measured on the H200, graph-timed, weights past L2, us, whole K ->
-// 2 / 4 slices (bench/results/gemm_blockwise_split_k_ab_2026-12-04_h200_5e2acc0.json):
+// CTA per 128 rows of N: 32 at N = 4096 for 132 SMs, each taking in its
+// operands at ~70-85 GB/s, and at M = 64 a 64-row activation tile comes with
+// every weight tile (H200, 64x4096x4096: 11.5 us against 6.8 at M = 16).
+// Slices of K give every SM a share in one launch; split_k_reduce.cu then sums
+// the fp32 partials. Measured on the H200 with the ping-pong 128x64 kernel of
+// 5e2acc0, graph-timed, weights past L2, us, whole K -> 2 / 4 slices
+// (bench/results/gemm_blockwise_split_k_ab_2026-12-04_h200_5e2acc0.json):
 //   64x4096x4096   11.51 -> 10.23 / 9.79     64x4096x14336  33.41 -> 21.91 / 21.57
 //   but 64x6144x4096 11.97 -> 12.89 / 13.92 (48 tiles), 64x8192x8192 22.23 ->
 //   24.08 / 25.17 (64 tiles), and slower at every M <= 16 (16x4096x4096 6.86

@@ -46,9 +46,16 @@ template <>
 struct BlockwiseConfigOf<BlockwiseConfig::kSwapSmall>
     : BlockwiseTileConfig<Shape<_128, _16, _128>, Shape<_1, _1, _1>, Pingpong,
                           cutlass::epilogue::TmaWarpSpecialized, true> {};
-// Cooperative: at M = 17-64 (and in split-K) a CTA has one or two tiles, so
-// ping-pong's second warp group would idle; two warp groups each take 64 of
-// the tile's 128 weight rows.
+// Cooperative (two warp groups, 64 weight rows each): a CTA here has one or
+// two tiles, so ping-pong's second warp group mostly idled. On the H200
+// (graph-timed, us, cooperative / ping-pong; bench/results/
+// gemm_blockwise_swap_cooperative_ab_2026-12-04_h200_5cc50d0.json against
+// gemm_blockwise_split_k_ab_2026-12-04_h200_5e2acc0.json): split-K, 4 slices,
+// 64x4096x4096 9.32 / 9.79 and 64x4096x14336 20.99 / 21.57; whole K
+// 64x6144x4096 12.59 / 11.97, 64x28672x4096 34.05 / 34.55, 64x8192x8192
+// 22.34 / 22.23. Not the doubling a compute bound would give: one tile per SM
+// takes in operands at ~70-85 GB/s whatever the schedule. Ping-pong's kernel
+// spilled 8 bytes; this one does not.
 template <>
 struct BlockwiseConfigOf<BlockwiseConfig::kSwapMedium>
     : BlockwiseTileConfig<Shape<_128, _64, _128>, Shape<_1, _1, _1>, Cooperative,

@@ -56,7 +56,7 @@ enum class BlockwiseConfig : int {
   kLarge = 1,       // 128x128x128 tile, 1x2 cluster, cooperative
   kMedium = 2,      // 64x128x128 tile, ping-pong (bf16 only)
   kSwapSmall = 3,   // swap-AB (D^T = B A^T): 128 rows of N x 16 of M per tile, ping-pong (bf16 only)
-  kSwapMedium = 4,  // swap-AB: 128 x 64
+  kSwapMedium = 4,  // swap-AB: 128 x 64, cooperative
   kSplitK = 5,      // slices of K at once (the fp32 kSwapMedium kernel's batch mode, partials in the
                     // workspace), then a kernel sums them; one slice: the whole-K kernel kAuto takes
   kLastConfig = kSplitK,
