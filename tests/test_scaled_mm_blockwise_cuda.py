@@ -137,18 +137,24 @@ def test_expanded_and_offset_scale_views(seed):
         TOLERANCE[torch.bfloat16]
 
 
+def captured(fn):
+    """fn() captured in a CUDA graph, after a warm-up call on a side stream: (graph, its output)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
 def test_cuda_graph_replay_matches_eager(seed):
     g = torch.Generator().manual_seed(seed)
     a, b, sa, sb, bias = block_operands(16, 2048, 1024, "cuda", torch.bfloat16, g)
     eager = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+    graph, out = captured(lambda: fp8ext.scaled_mm(a, b, sa, sb, bias=bias))
     sb.mul_(2.0)  # scales are read on the device at replay time
     graph.replay()
     torch.cuda.synchronize()
@@ -238,14 +244,7 @@ def test_split_k_in_a_cuda_graph(seed):
     g = torch.Generator().manual_seed(seed)
     a, b, sa, sb, bias = block_operands(64, 4096, 4096, "cuda", torch.bfloat16, g)
     eager = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+    graph, out = captured(lambda: fp8ext.scaled_mm(a, b, sa, sb, bias=bias))
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager)
