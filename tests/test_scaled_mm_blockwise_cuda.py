@@ -86,12 +86,18 @@ def test_block_scales_beat_per_tensor_on_outliers(seed):
     assert errors["block"] < 0.06 and errors["tensor"] > 10 * errors["block"], errors
 
 
-def test_non_finite_inputs_propagate(seed):
-    """NaN in A poisons its row only; the other rows stay finite and correct."""
+@pytest.mark.parametrize("config,col", [("auto", 5), ("auto", 200), ("block_split_k", 5), ("block_split_k", 200)])
+def test_non_finite_inputs_propagate(monkeypatch, config, col, seed):
+    """NaN in A poisons its row only; the other rows stay finite and correct (split-K:
+    2 slices of 128, the NaN in either, through the sum of the partials; auto: the
+    whole-K 128x64 kernel, K = 256 being too short for its rule to slice)."""
+    monkeypatch.delenv("FP8EXT_GEMM_SPLITS", raising=False)
+    if config == "block_split_k":
+        monkeypatch.setenv("FP8EXT_GEMM_SPLITS", "2")
     g = torch.Generator().manual_seed(seed)
     a, b, sa, sb, _ = block_operands(64, 256, 256, "cuda", generator=g)
-    a[3, 5] = float("nan")
-    d = fp8ext.scaled_mm(a, b, sa, sb)
+    a[3, col] = float("nan")
+    d = fp8ext.scaled_mm(a, b, sa, sb, config=config)
     assert torch.isnan(d[3]).all()
     rows = torch.arange(64, device="cuda") != 3
     assert rel_error(d[rows], block_reference(a, b, sa, sb, None)[rows]) < TOLERANCE[torch.bfloat16]
@@ -188,9 +194,11 @@ def test_fp8_linear_blockwise_matches_the_cpu_reference(seed):
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_split_k_every_split_count(monkeypatch, splits, m, n, k, out_dtype, seed):
     """Each forced split count (FP8EXT_GEMM_SPLITS) gives the reference's result, bias
-    included once: slices of whole 128-column groups (K = 1536 takes 3 of 512 where 4 or 8
-    are asked; 4100, with a partial last group, runs whole), unaligned N padded as
-    elsewhere, every M the swap-AB 128x64 fp32 kernel takes (M = 300: five column tiles)."""
+    included once: slices of whole 128-column groups (K = 1536 takes 6 slices of 256 where
+    8 are asked, K = 768 two where 4 or 8 are; 4100, with a partial last group, runs
+    whole), unaligned N padded as elsewhere, every M the swap-AB 128x64 fp32 kernel takes
+    (M = 300: five column tiles). That the split path runs is shown by
+    test_split_k_slices_change_the_summation and test_auto_split_k_setting."""
     monkeypatch.setenv("FP8EXT_GEMM_SPLITS", splits)
     check(m, n, k, out_dtype, config="block_split_k", seed=seed)
     check(m, n, k, out_dtype, bias=False, config="block_split_k", seed=seed + 1)
@@ -238,20 +246,27 @@ def test_auto_split_k_setting(monkeypatch, setting, m, k, split, seed):
     assert rel_error(auto, block_reference(a, b, sa, sb, bias)) < TOLERANCE[torch.float32]
 
 
-def test_split_k_in_a_cuda_graph(seed):
-    """The rule's split (64 x 4096 x 4096) inside a graph: the workspace is the graph's,
-    the scales are read at replay time."""
+def test_split_k_in_a_cuda_graph(monkeypatch, seed):
+    """The rule's split (64 x 4096 x 4096: 4 slices) inside a graph: the workspace is the
+    graph's, the scales are read at replay time. fp32 output, so that the split's sums
+    differ from the whole-K kernel's in the last bits (the split ran)."""
+    if torch.cuda.get_device_properties(0).multi_processor_count < 128:
+        pytest.skip("the rule splits 32 tiles of N = 4096 only with >= 96 SMs; the case assumes 132")
+    monkeypatch.delenv("FP8EXT_GEMM_SPLITS", raising=False)
     g = torch.Generator().manual_seed(seed)
-    a, b, sa, sb, bias = block_operands(64, 4096, 4096, "cuda", torch.bfloat16, g)
-    eager = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
-    graph, out = captured(lambda: fp8ext.scaled_mm(a, b, sa, sb, bias=bias))
+    a, b, sa, sb, bias = block_operands(64, 4096, 4096, "cuda", torch.float32, g)
+    run = lambda: fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.float32)  # noqa: E731
+    eager = run()
+    assert not torch.equal(eager, fp8ext.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.float32,
+                                                   config="block_swap_medium"))
+    graph, out = captured(run)
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager)
     sb.mul_(2.0)
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, fp8ext.scaled_mm(a, b, sa, sb, bias=bias)) and not torch.equal(out, eager)
+    assert torch.equal(out, run()) and not torch.equal(out, eager)
 
 
 def test_bad_input_raises():

@@ -48,10 +48,11 @@ int64_t split_k_tiles(const BlockwiseMmProblem& p) { return ceil_div(p.n, kGroup
 // enough slices to fill them once, each at least 8 groups (1024 of K), at most
 // kMaxSplitK.
 int split_k_rule(const BlockwiseMmProblem& p) {
-  if (p.m <= 16 || p.m > 64) return 1;
+  if (p.m <= 16 || p.m > 64 || p.n <= 0) return 1;
   const int64_t fill = current_device_info().sm_count / split_k_tiles(p);
   if (fill < 3) return 1;
-  return static_cast<int>(std::min<int64_t>({fill, ceil_div(p.k, kGroupSize) / 8, gemm::kMaxSplitK}));
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>({fill, ceil_div(p.k, kGroupSize) / 8, gemm::kMaxSplitK})));
 }
 
 // Slices kSplitK cuts K into (1: the problem runs whole): FP8EXT_GEMM_SPLITS's
