@@ -16,6 +16,17 @@ inline void require_gpu() {
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) skip("no CUDA device");
 }
 
+// SMs of device 0, or an H200's 132 without a GPU (what the dispatchers assume
+// then): the host-side dispatch tests whose cases depend on it.
+inline int sm_count_or_h200() {
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess || sms <= 0) {
+    (void)cudaGetLastError();
+    return 132;
+  }
+  return sms;
+}
+
 template <typename T>
 struct DeviceBuffer {
   T* ptr = nullptr;

@@ -147,11 +147,7 @@ FP8EXT_TEST(auto_config_buckets) {
   // Host-side logic: runs without a GPU (as if on 132 SMs). The split-K
   // expectations assume >= 128 SMs (H100 SXM, H200), where 32 tiles of N = 4096
   // give 4 slices.
-  int sms = 132;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
-    (void)cudaGetLastError();
-    sms = 132;
-  }
+  const int sms = test::sm_count_or_h200();
   alignas(16) static uint8_t buf[16];
   alignas(16) static float one[4] = {1, 1, 1, 1};
   cuda::BlockwiseMmProblem p{buf, 4096, buf, 4096, 1, 4096, 4096, one, 4, one, 32, nullptr, buf,
