@@ -15,7 +15,7 @@
 
 namespace fp8ext::cuda::gemm {
 
-// The most slices the reduction takes (and scaled_mm_dispatch.cu cuts).
+// The most slices the reduction takes (and the dispatchers cut).
 constexpr int kMaxSplitK = 8;
 
 // FP8EXT_GEMM_SPLITS (read at each call, for tuning in one process): a whole
@@ -32,8 +32,7 @@ inline int split_k_setting() {
 // Workspace bytes of `splits` fp32 partial products of an [m, n] D (whole 256
 // bytes, so what follows them stays aligned).
 inline size_t split_k_partial_bytes(int64_t m, int64_t n, int splits) {
-  const int64_t bytes = int64_t{splits} * m * n * 4;
-  return static_cast<size_t>((bytes + 255) / 256 * 256);
+  return static_cast<size_t>(round_up(int64_t{splits} * m * n * 4, 256));
 }
 
 // D[i, j] = sum_s partials[s][i][j] + bias[j], summed in order of s (the same
