@@ -191,7 +191,7 @@ struct Sm90BlockwiseMm {
     // swizzle 1 / 4 / 8 (bench/results/gemm_blockwise_tuning_2026-11-29_h200):
     // 8192^3 1106 / 1181 / 1231; 4096x8192x8192 1219 / 1244 / 1258;
     // 4096x4096x14336 1236 / 1224 / 1256; at K = 4096 swizzle 8 lost up to 2%.
-    const TuningOverrides& tune = tuning_overrides();
+    const TuningOverrides tune = tuning_overrides();
     using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
     args.scheduler.max_swizzle_size =
         tune.swizzle ? tune.swizzle : (k >= 8192 ? swizzle_without_idle_tiles<Tile, typename Cfg::Cluster>(m, n, 8) : 1);

@@ -71,10 +71,11 @@ inline cudaError_t launch_result(cutlass::Status status) {
   return err != cudaSuccess ? err : cudaErrorLaunchFailure;
 }
 
-// Run-time knobs for dispatch tuning only (environment, read once per process;
-// 0 = the built-in choice): FP8EXT_GEMM_SWIZZLE (tile scheduler swizzle,
-// 1/2/4/8), FP8EXT_GEMM_RASTER (0 heuristic, 1 along M, 2 along N),
-// FP8EXT_GEMM_PROMOTION (MMAs of K = 32 between fp32 promotions).
+// Run-time knobs for dispatch tuning only (environment, read at each launch so
+// that one process can time several settings; 0 = the built-in choice):
+// FP8EXT_GEMM_SWIZZLE (tile scheduler swizzle, 1/2/4/8), FP8EXT_GEMM_RASTER
+// (0 heuristic, 1 along M, 2 along N), FP8EXT_GEMM_PROMOTION (MMAs of K = 32
+// between fp32 promotions).
 struct TuningOverrides {
   int swizzle = 0, raster = 0, promotion = 0;
 };
@@ -82,10 +83,8 @@ inline int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : fallback;
 }
-inline const TuningOverrides& tuning_overrides() {
-  static const TuningOverrides t{env_int("FP8EXT_GEMM_SWIZZLE", 0), env_int("FP8EXT_GEMM_RASTER", 0),
-                                 env_int("FP8EXT_GEMM_PROMOTION", 0)};
-  return t;
+inline TuningOverrides tuning_overrides() {
+  return {env_int("FP8EXT_GEMM_SWIZZLE", 0), env_int("FP8EXT_GEMM_RASTER", 0), env_int("FP8EXT_GEMM_PROMOTION", 0)};
 }
 
 // CUTLASS's scheduler rounds both tile counts up to a multiple of swizzle x

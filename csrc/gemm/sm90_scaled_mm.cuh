@@ -202,7 +202,7 @@ struct Sm90ScaledMm {
     typename Bias::Arguments bias_args{bias, ElementD(0), {}};
     typename Fusion::Arguments fusion{{row_args, col_args, {}}, {}, bias_args, {}};
 
-    const TuningOverrides& tune = tuning_overrides();
+    const TuningOverrides tune = tuning_overrides();
     const EpilogueVectors vectors{row_scale, row_vector, col_scale, col_vector,
                                   reinterpret_cast<const uint8_t*>(bias),
                                   bias ? static_cast<int>(sizeof(ElementD)) : 0, kSwap, 0, 0};  // m, n: set on the device side

@@ -5,7 +5,7 @@ interleaved over rounds, with cuBLAS (torch._scaled_mm) timed in every round as
 the anchor, the outputs checked equal across settings and against cuBLAS.
 
     python3 scripts/device/ab_gemm_env.py --settings - FP8EXT_GEMV=0 [--m 1 16 64] [--rounds 2]
-        [--kinds block-wise] [--close] [--out DIR]
+        [--kinds block-wise] [--close] [--fast-accum] [--out DIR]
 
 A setting is "VAR=VALUE,VAR=VALUE" or "-" for none; every variable any setting
 names is unset before each setting. (Session 16 timed 472599c's weight
@@ -34,8 +34,9 @@ LAYERS = ["8b_qkv", "8b_o", "8b_gate_up", "8b_down", "cube"]
 KINDS = ("per-tensor", "row-wise", "block-wise")
 
 
-def cases(ms, layers, kinds=KINDS):
-    """(name, weight bytes, ours(w), anchor(w) or None, the weight copies to rotate)."""
+def cases(ms, layers, kinds=KINDS, fast=False):
+    """(name, weight bytes, ours(w), anchor(w) or None, the weight copies to rotate);
+    fast: FP8 fast accumulation for ours and cuBLAS (per-tensor and row-wise rows)."""
     out = []
     for layer in layers:
         n, k = NK[layer]
@@ -46,10 +47,11 @@ def cases(ms, layers, kinds=KINDS):
                 if kind not in kinds:
                     continue
                 sa, sb = scales(m, n, kind == "row-wise")
-                ours = lambda w, a=a, sa=sa, sb=sb: fp8ext.scaled_mm(a, w, sa.reshape(-1), sb.reshape(-1))  # noqa: E731
+                ours = lambda w, a=a, sa=sa, sb=sb: fp8ext.scaled_mm(a, w, sa.reshape(-1), sb.reshape(-1),  # noqa: E731
+                                                                         use_fast_accum=fast)
                 anchor = lambda w, a=a, sa=sa, sb=sb: torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb,  # noqa: E731
-                                                                       out_dtype=torch.bfloat16)
-                out.append((f"{m}x{n}x{k} {kind}", n * k, ours, anchor, ws))
+                                                                       out_dtype=torch.bfloat16, use_fast_accum=fast)
+                out.append((f"{m}x{n}x{k} {kind}{' fast' if fast else ''}", n * k, ours, anchor, ws))
             if "block-wise" not in kinds:
                 continue
             ga, gb = group_scales(m, k), torch.rand(-(-n // BLOCK), -(-k // BLOCK), device="cuda") * 0.1 + 0.01
@@ -68,11 +70,12 @@ def main():
     ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS, help="which scalings' rows")
     ap.add_argument("--close", action="store_true",
                     help="settings may change a sum's order (split-K): outputs agree within 1e-2, not bit for bit")
+    ap.add_argument("--fast-accum", action="store_true", help="use_fast_accum=True (not for block-wise rows)")
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.manual_seed(0)
     named = {v for st in args.settings for v in env_setting(st)}
-    rows = cases(args.m, args.layers, args.kinds)
+    rows = cases(args.m, args.layers, args.kinds, args.fast_accum)
     ref, times, anchor_times = {}, {}, {}
     for rnd in range(args.rounds):
         for st in args.settings:

@@ -5,7 +5,7 @@ shapes, since removed) and cuBLASLt per-tensor, in one process: every variant's 
 calls, weights rotated past L2) timed in alternating bursts, row-wise scales
 for ours (FP8Linear's recipe). Each output is checked against cuBLAS, and its
 error against float64 is recorded beside cuBLAS's (promoted and fast): run it
-under FP8EXT_GEMM_PROMOTION=N (read once per process) to sweep the fp32
+under FP8EXT_GEMM_PROMOTION=N to sweep the fp32
 promotion interval, as session 21 did (since session 22 only CUTLASS's own
 mainloop, in large_n192, reads it).
 

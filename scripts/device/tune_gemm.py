@@ -1,7 +1,8 @@
 """Dispatch tuning for scaled_mm on the GPU: times tile configurations under the
 run-time knobs of csrc/gemm/sm90_scaled_mm.cuh (FP8EXT_GEMM_SWIZZLE, _RASTER,
-_PROMOTION; read once per process, so every setting runs in its own
-child process) next to cuBLAS, and measures each variant's error against a
+_PROMOTION; each setting runs in a child process of its own, though
+they are read at each launch now: ab_gemm_env.py interleaves them in one
+process) next to cuBLAS, and measures each variant's error against a
 float64 reference.
 
     python3 scripts/device/tune_gemm.py --out DIR
