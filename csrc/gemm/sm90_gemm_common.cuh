@@ -104,6 +104,19 @@ int swizzle_without_idle_tiles(int m, int n, int wanted) {
   return 1;
 }
 
+// Whether the operand that CUTLASS's heuristic raster order walks over is
+// larger than L2 (Hopper: 50 MB). The scheduler walks along M when there are
+// more tiles of N than of M, so each column of tiles reads all of A ([M, K],
+// FP8), else each row of tiles reads all of B: past L2, that operand comes from
+// DRAM again for every column (or row) unless the tiles go in swizzled groups.
+template <class Tile>
+bool raster_sweeps_past_l2(int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t kL2Bytes = int64_t{50} << 20;
+  const int64_t tiles_m = (m + cute::size<0>(Tile{}) - 1) / cute::size<0>(Tile{});
+  const int64_t tiles_n = (n + cute::size<1>(Tile{}) - 1) / cute::size<1>(Tile{});
+  return (tiles_n > tiles_m ? m : n) * k > kL2Bytes;
+}
+
 // Checks, initializes and launches a CUTLASS device GEMM (with PDL when on).
 template <class Gemm>
 cudaError_t run_gemm(const typename Gemm::Arguments& args, void* workspace, cudaStream_t stream) {

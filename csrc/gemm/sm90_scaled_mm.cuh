@@ -220,9 +220,14 @@ struct Sm90ScaledMm {
                                   {fusion, nullptr, stride_d, d, stride_d},
                                   hw};
     using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
-    // Tiles in swizzled groups of 4 keep a long-K problem's panels in L2: on
-    // the H200 +9% at 8192^3 and +2.5% at K = 14336, -1% at K = 4096.
-    args.scheduler.max_swizzle_size = tune.swizzle ? tune.swizzle : (k >= 8192 ? swizzle_without_idle_tiles<Tile, typename Cfg::Cluster>(m, n, 4) : 1);
+    // Tiles in swizzled groups keep panels in L2. On the H200 (bench/NOTES.md,
+    // sessions 3 and 24): groups of 4 at K >= 8192 (+9% at 8192^3, +2.5% at
+    // K = 14336; 8 lost 4-10% at 4096x8192x8192 and 16384x8192x8192); at
+    // K = 4096 none (+-2%) unless the operand the raster walks over is larger
+    // than L2, then 8 (16384x28672x4096: 3816 -> 3418 us).
+    const int wanted = k >= 8192 ? 4 : raster_sweeps_past_l2<Tile>(m, n, k) ? 8 : 1;
+    args.scheduler.max_swizzle_size =
+        tune.swizzle ? tune.swizzle : swizzle_without_idle_tiles<Tile, typename Cfg::Cluster>(m, n, wanted);
     args.scheduler.raster_order = tune.raster == 1 ? Raster::AlongM : tune.raster == 2 ? Raster::AlongN : Raster::Heuristic;
     return args;
   }
