@@ -14,7 +14,6 @@
 #include <type_traits>
 
 #include "sm90_deferred_promotion.cuh"
-#include "sm90_epilogue_prefetch.cuh"
 #include "sm90_gemm_common.cuh"
 #include "sm90_weight_prefetch.cuh"
 #include "scaled_mm_kernels.h"
@@ -155,11 +154,8 @@ struct Sm90ScaledMm {
   // Swapped (decode-sized M), the weight is the kernel's A, and its first 4 MiB
   // (over the grid) are prefetched before the PDL wait (weight_prefetch.h).
   using PrefetchingMainloop = conditional_t<kSwap, WeightPrefetchingMainloop<BuiltMainloop, 4>, BuiltMainloop>;
-  // Each tile's scale and bias lines are asked of L1 before its epilogue
-  // (sm90_epilogue_prefetch.cuh).
-  using VectorPrefetchingMainloop = EpiloguePrefetchingMainloop<PrefetchingMainloop>;
-  using CollectiveMainloop = conditional_t<Cfg::kDeferredPromotion, DeferredPromotionMainloop<VectorPrefetchingMainloop>,
-                                           VectorPrefetchingMainloop>;
+  using CollectiveMainloop = conditional_t<Cfg::kDeferredPromotion, DeferredPromotionMainloop<PrefetchingMainloop>,
+                                           PrefetchingMainloop>;
 
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
                                                           CollectiveEpilogue>;
@@ -203,10 +199,7 @@ struct Sm90ScaledMm {
     typename Fusion::Arguments fusion{{row_args, col_args, {}}, {}, bias_args, {}};
 
     const TuningOverrides tune = tuning_overrides();
-    const EpilogueVectors vectors{row_scale, row_vector, col_scale, col_vector,
-                                  reinterpret_cast<const uint8_t*>(bias),
-                                  bias ? static_cast<int>(sizeof(ElementD)) : 0, kSwap, 0, 0};  // m, n: set on the device side
-    typename CollectiveMainloop::Arguments mainloop{{a, stride_a, b, stride_b}, vectors};
+    typename CollectiveMainloop::Arguments mainloop{a, stride_a, b, stride_b};
     if constexpr (HasPromotionInterval<typename CollectiveMainloop::Arguments>::value) {
       mainloop.mma_promotion_interval = tune.promotion ? static_cast<uint32_t>(tune.promotion) : promotion_interval(p);
     }
