@@ -217,7 +217,8 @@ struct Sm90ScaledMm {
     // sessions 3 and 24): groups of 4 at K >= 8192 (+9% at 8192^3, +2.5% at
     // K = 14336; 8 lost 4-10% at 4096x8192x8192 and 16384x8192x8192); at
     // K = 4096 none (+-2%) unless the operand the raster walks over is larger
-    // than L2, then 8 (16384x28672x4096: 3816 -> 3418 us).
+    // than L2, then 8 (16384x28672x4096 graph-timed back to back: 3816 -> 3418
+    // us; bench_gemm's event-timed ratio to cuBLAS did not move, 0.893 -> 0.889).
     const int wanted = k >= 8192 ? 4 : raster_sweeps_past_l2<Tile>(m, n, k) ? 8 : 1;
     args.scheduler.max_swizzle_size =
         tune.swizzle ? tune.swizzle : swizzle_without_idle_tiles<Tile, typename Cfg::Cluster>(m, n, wanted);
