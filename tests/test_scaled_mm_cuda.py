@@ -150,6 +150,29 @@ def test_bf16_tuning_candidates(config, m, seed):
     check(m, 776, 384, torch.bfloat16, config=config, seed=seed)
 
 
+@pytest.mark.parametrize("config,fast", [("large", False), ("large_n192", False), ("large_cluster_n", False),
+                                         ("wide_fast_accum", True)])
+def test_tile_order_changes_no_bit(monkeypatch, config, fast, seed):
+    """The order the persistent scheduler hands out tiles in (FP8EXT_GEMM_SWIZZLE groups,
+    the raster along M or N; read at each launch) changes no bit of D: each tile is summed
+    the same way wherever it runs, and the idle tiles that a swizzle of 8 pads the grid
+    with (M = 1000 and N = 1800 are 8 x 15 tiles of 128, 1800 not a multiple of 192 or 256)
+    write nothing. The dispatch takes groups of 8 where the raster walks over an operand
+    larger than L2."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = operands(1000, 1800, 512, "cuda", bias_dtype=torch.bfloat16, generator=g)
+    for var in ("FP8EXT_GEMM_SWIZZLE", "FP8EXT_GEMM_RASTER"):
+        monkeypatch.delenv(var, raising=False)
+    run = lambda: fp8ext.scaled_mm(a, b, sa, sb, bias=bias, config=config, use_fast_accum=fast)  # noqa: E731
+    base = run()
+    assert rel_error(base, reference(a, b, sa, sb, bias)) < TOLERANCE[torch.bfloat16]
+    for swizzle in ("1", "2", "4", "8"):
+        for raster in ("1", "2"):
+            monkeypatch.setenv("FP8EXT_GEMM_SWIZZLE", swizzle)
+            monkeypatch.setenv("FP8EXT_GEMM_RASTER", raster)
+            assert torch.equal(run(), base), (swizzle, raster)
+
+
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("m", [1, 100, 300, 1000])
 def test_fast_accumulation_allowed(m, out_dtype, seed):

@@ -1,0 +1,33 @@
+"""Runs fp8ext.scaled_mm and cuBLAS (torch._scaled_mm) on large per-tensor
+shapes, for `ncu` to profile side by side (bench_gemm's operands; the kernels
+under ncu are ours, cutlass::device_kernel, and cuBLASLt's nvjet):
+
+    ncu -k regex:"device_kernel|nvjet" --launch-skip 2 ... python3 scripts/device/profile_gemm.py --shapes 16384x4096x4096
+
+Each shape runs three calls of each (two to warm up, skipped by --launch-skip
+2 per kernel name only when one shape is given)."""
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from bench_gemm import scales  # noqa: E402
+
+import fp8ext  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--shapes", nargs="+", default=["16384x4096x4096"], help="MxNxK")
+ap.add_argument("--row-wise", action="store_true")
+args = ap.parse_args()
+for shape in args.shapes:
+    m, n, k = map(int, shape.split("x"))
+    a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    w = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    sa, sb = scales(m, n, args.row_wise)
+    for _ in range(3):
+        fp8ext.scaled_mm(a, w, sa.reshape(-1), sb.reshape(-1))
+    for _ in range(3):
+        torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+torch.cuda.synchronize()
