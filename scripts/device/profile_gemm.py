@@ -4,8 +4,9 @@ under ncu are ours, cutlass::device_kernel, and cuBLASLt's nvjet):
 
     ncu -k regex:"device_kernel|nvjet" --launch-skip 2 ... python3 scripts/device/profile_gemm.py --shapes 16384x4096x4096
 
-Each shape runs three calls of each (two to warm up, skipped by --launch-skip
-2 per kernel name only when one shape is given)."""
+Each shape runs three calls of ours, then three of cuBLAS: with one shape per
+run, --launch-skip 2 --launch-count 4 profiles our third call and cuBLAS's
+three (session 24: bench/results/gemm_ncu_vs_cublas_2026-12-04_h200_27987d3.json)."""
 import argparse
 import os
 import sys
