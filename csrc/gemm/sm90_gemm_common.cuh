@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <type_traits>
+#include <utility>
 
 #include "fp8ext/cuda_launch.h"
 #include "fp8ext/types.h"
@@ -87,19 +88,24 @@ inline TuningOverrides tuning_overrides() {
   return {env_int("FP8EXT_GEMM_SWIZZLE", 0), env_int("FP8EXT_GEMM_RASTER", 0), env_int("FP8EXT_GEMM_PROMOTION", 0)};
 }
 
+// The tiles of Tile's M x N shape that cover an [m, n] D: {along M, along N}.
+template <class Tile>
+std::pair<int64_t, int64_t> tile_counts(int64_t m, int64_t n) {
+  return {fp8ext::ceil_div(m, int64_t{cute::size<0>(Tile{})}), fp8ext::ceil_div(n, int64_t{cute::size<1>(Tile{})})};
+}
+
 // CUTLASS's scheduler rounds both tile counts up to a multiple of swizzle x
 // cluster and gives the padding tiles their own slots: with 2 tile rows
 // (M = 256) swizzle 4 doubled the work (256x8192x8192: 63 us, cuBLAS 28).
 // The largest swizzle <= `wanted` that adds at most 3% of idle tiles.
 template <class Tile, class Cluster>
 int swizzle_without_idle_tiles(int m, int n, int wanted) {
-  const int tiles_m = (m + cute::size<0>(Tile{}) - 1) / cute::size<0>(Tile{});
-  const int tiles_n = (n + cute::size<1>(Tile{}) - 1) / cute::size<1>(Tile{});
+  const auto [tiles_m, tiles_n] = tile_counts<Tile>(m, n);
   constexpr int kClusterM = cute::size<0>(Cluster{}), kClusterN = cute::size<1>(Cluster{});
-  auto padded = [](int tiles, int multiple) { return static_cast<int64_t>((tiles + multiple - 1) / multiple * multiple); };
-  const int64_t base = padded(tiles_m, kClusterM) * padded(tiles_n, kClusterN);
+  const int64_t base = fp8ext::round_up(tiles_m, kClusterM) * fp8ext::round_up(tiles_n, kClusterN);
   for (int s = wanted; s > 1; s /= 2) {
-    if (padded(tiles_m, s * kClusterM) * padded(tiles_n, s * kClusterN) * 100 <= base * 103) return s;
+    if (fp8ext::round_up(tiles_m, s * kClusterM) * fp8ext::round_up(tiles_n, s * kClusterN) * 100 <= base * 103)
+      return s;
   }
   return 1;
 }
@@ -112,8 +118,7 @@ int swizzle_without_idle_tiles(int m, int n, int wanted) {
 template <class Tile>
 bool raster_sweeps_past_l2(int64_t m, int64_t n, int64_t k) {
   constexpr int64_t kL2Bytes = int64_t{50} << 20;
-  const int64_t tiles_m = (m + cute::size<0>(Tile{}) - 1) / cute::size<0>(Tile{});
-  const int64_t tiles_n = (n + cute::size<1>(Tile{}) - 1) / cute::size<1>(Tile{});
+  const auto [tiles_m, tiles_n] = tile_counts<Tile>(m, n);
   return (tiles_n > tiles_m ? m : n) * k > kL2Bytes;
 }
 
