@@ -119,3 +119,21 @@ def compiled_matches_eager(m, n, k, device, seed):
     torch._dynamo.reset()
     f = torch.compile(lambda *t: fp8ext.scaled_mm(*t[:4], bias=t[4]), fullgraph=True)
     return torch.equal(f(a, b, sa, sb, bias), fp8ext.scaled_mm(a, b, sa, sb, bias=bias))
+
+
+def assert_split_changes_summation(monkeypatch, operands, reference_fn, whole_config, split_config):
+    """The split kernel really ran: fp32 sums over four slices of K differ from one pass
+    over K (whole_config) in the last bits, which fp32 output shows, while staying within
+    the reference's tolerance. The same count gives the same bits on every run, because
+    the slices are added in order."""
+    import fp8ext
+    a, b, sa, sb, bias = operands
+    run = lambda config: fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, bias=bias,  # noqa: E731
+                                          config=config)
+    whole = run(whole_config)
+    monkeypatch.setenv("FP8EXT_GEMM_SPLITS", "4")
+    split = run(split_config)
+    assert not torch.equal(split, whole)
+    assert rel_error(split, reference_fn(a, b, sa, sb, bias)) < TOLERANCE[torch.float32]
+    for _ in range(3):
+        assert torch.equal(run(split_config), split)

@@ -8,8 +8,8 @@ import torch
 import fp8ext
 from fp8ext import _native
 from fp8ext.recipes import BlockWise
-from gemm_cases import (F8, TOLERANCE, block_operands, block_reference, compiled_matches_eager, last_group_errors,
-                        outlier_errors, rel_error)
+from gemm_cases import (F8, TOLERANCE, assert_split_changes_summation, block_operands, block_reference,
+                        compiled_matches_eager, last_group_errors, outlier_errors, rel_error)
 
 pytestmark = pytest.mark.gpu
 
@@ -205,19 +205,10 @@ def test_split_k_every_split_count(monkeypatch, splits, m, n, k, out_dtype, seed
 
 
 def test_split_k_slices_change_the_summation(monkeypatch, seed):
-    """The split kernel really ran: its fp32 sums of four slices differ from one pass
-    over K in the last bits (fp32 output shows them), and the same split count gives the
-    same bits every time (the slices are added in order)."""
+    """gemm_cases.assert_split_changes_summation with the fp32 128x64 swap-AB kernel (M = 40)."""
     g = torch.Generator().manual_seed(seed)
-    a, b, sa, sb, bias = block_operands(40, 2048, 4096, "cuda", torch.float32, g)
-    whole = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, bias=bias, config="block_swap_medium")
-    monkeypatch.setenv("FP8EXT_GEMM_SPLITS", "4")
-    split = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, bias=bias, config="block_split_k")
-    assert not torch.equal(split, whole)
-    assert rel_error(split, block_reference(a, b, sa, sb, bias)) < TOLERANCE[torch.float32]
-    for _ in range(3):
-        assert torch.equal(fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, bias=bias,
-                                            config="block_split_k"), split)
+    assert_split_changes_summation(monkeypatch, block_operands(40, 2048, 4096, "cuda", torch.float32, g),
+                                   block_reference, "block_swap_medium", "block_split_k")
 
 
 @pytest.mark.parametrize("setting,m,k,split", [(None, 64, 4096, True), (None, 17, 4096, True),

@@ -7,7 +7,7 @@ import torch
 import fp8ext
 from fp8ext import _native
 from cuda_graphs import capture
-from gemm_cases import F8, TOLERANCE, operands, reference, rel_error
+from gemm_cases import F8, TOLERANCE, assert_split_changes_summation, operands, reference, rel_error
 
 pytestmark = pytest.mark.gpu
 
@@ -310,19 +310,10 @@ def test_split_k_every_split_count(monkeypatch, splits, m, n, k, out_dtype, seed
 
 
 def test_split_k_slices_change_the_summation(monkeypatch, seed):
-    """The split kernel really ran: its fp32 sums of two slices differ from one pass over
-    K in the last bits (fp32 output shows them), and the same split count gives the same
-    bits every time (the slices are added in order)."""
+    """gemm_cases.assert_split_changes_summation with swap-AB 64x64 tiles (M = 17)."""
     g = torch.Generator().manual_seed(seed)
-    a, b, sa, sb, bias = operands(17, 2048, 4096, "cuda", bias_dtype=torch.float32, generator=g)
-    whole = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, bias=bias, config="swap_medium")
-    monkeypatch.setenv("FP8EXT_GEMM_SPLITS", "4")
-    split = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, bias=bias, config="split_k")
-    assert not torch.equal(split, whole)
-    assert rel_error(split, reference(a, b, sa, sb, bias)) < TOLERANCE[torch.float32]
-    for _ in range(3):
-        assert torch.equal(fp8ext.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, bias=bias,
-                                            config="split_k"), split)
+    assert_split_changes_summation(monkeypatch, operands(17, 2048, 4096, "cuda", bias_dtype=torch.float32, generator=g),
+                                   reference, "swap_medium", "split_k")
 
 
 @pytest.mark.parametrize("setting,m,k,split", [(None, 64, 14336, True), (None, 128, 14336, True),
