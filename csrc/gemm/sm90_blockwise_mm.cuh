@@ -12,7 +12,6 @@
 
 #include "blockwise_mm_kernels.h"
 #include "sm90_deferred_blockwise.cuh"
-#include "sm90_epilogue_store_stages.cuh"
 #include "sm90_gemm_common.cuh"
 #include "sm90_weight_prefetch.cuh"
 
@@ -113,17 +112,10 @@ struct Sm90BlockwiseMm {
       cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, ElementD, float, kRound>,
       cutlass::epilogue::fusion::Sm90AccFetch, Bias>;
 
-  using BuiltEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, typename Cfg::Cluster,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignD, ElementD, LayoutD,
       kAlignD, typename Cfg::EpilogueSchedule, Fusion>::CollectiveOp;
-  // 128x128 cooperative tiles: a 16-bit D's four 128x32 subtiles get 3 store
-  // buffers (sm90_epilogue_store_stages.cuh), as in the per-tensor GEMM; a
-  // fourth would cost a mainloop stage (6 -> 5: the scales take shared memory too).
-  static constexpr bool kStoreEverySubtile =
-      size<0>(Tile{}) == 128 && size<1>(Tile{}) == 128 && sizeof(ElementD) == 2 &&
-      std::is_same_v<typename Cfg::EpilogueSchedule, cutlass::epilogue::TmaWarpSpecializedCooperative>;
-  using CollectiveEpilogue = conditional_t<kStoreEverySubtile, WithStoreStages<BuiltEpilogue, 3>, BuiltEpilogue>;
 
   using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cute::tuple<LayoutA, typename ScalesA::Type>,

@@ -14,7 +14,6 @@
 #include <type_traits>
 
 #include "sm90_deferred_promotion.cuh"
-#include "sm90_epilogue_store_stages.cuh"
 #include "sm90_gemm_common.cuh"
 #include "sm90_weight_prefetch.cuh"
 #include "scaled_mm_kernels.h"
@@ -141,20 +140,10 @@ struct Sm90ScaledMm {
       cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>,
       ScaleProduct, cutlass::epilogue::fusion::Sm90AccFetch, Bias>;
 
-  using BuiltEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, typename Cfg::Cluster,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignD, ElementD, LayoutD,
       kAlignD, typename Cfg::EpilogueSchedule, Fusion>::CollectiveOp;
-  // Cooperative tiles store 16-bit D in 128x32 subtiles with a buffer each, up
-  // to as many as leave the mainloop its stages: 4 (32 KB) beside 128x128 and
-  // 128x256 tiles, 3 beside 128x192 (sm90_epilogue_store_stages.cuh). fp32 D
-  // and ping-pong tiles keep the builder's 2 (ping-pong: one warp group's
-  // epilogue runs under the other's MMAs).
-  static constexpr bool kCooperative =
-      std::is_same_v<typename Cfg::EpilogueSchedule, cutlass::epilogue::TmaWarpSpecializedCooperative>;
-  static constexpr int kStoreStages = size<1>(Tile{}) == 192 ? 3 : 4;
-  using CollectiveEpilogue = conditional_t<kCooperative && sizeof(ElementD) == 2,
-                                           WithStoreStages<BuiltEpilogue, kStoreStages>, BuiltEpilogue>;
 
   using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, KernelA, LayoutA, kAlignAB, KernelB, LayoutB, kAlignAB,
