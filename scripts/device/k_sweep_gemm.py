@@ -6,6 +6,7 @@ tile's prologue and pipeline fill, the scheduler) from the mainloop's cost per
 K. Per-tensor scales, bf16 out, promoted and fast accumulation.
 
     python scripts/device/k_sweep_gemm.py --out DIR [--mn 4096 4096 8192 8192] [--ks 1024 2048 4096 8192 16384]
+        [--configs large large_n192]   (ours forced to these configurations too)
 """
 from __future__ import annotations
 
@@ -32,9 +33,12 @@ def line_fit(xs: list, ys: list) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
-def variants(a, b, sa, sb, fast: bool) -> dict:
+def variants(a, b, sa, sb, fast: bool, configs=()) -> dict:
     tag = " fast" if fast else ""
+    forced = {f"ours {c}{tag}": (lambda c=c: fp8ext.scaled_mm(a, b, sa, sb, config=c, use_fast_accum=fast))
+              for c in configs}
     return {
+        **forced,
         f"ours{tag}": lambda: fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=fast),
         f"cublas{tag}": lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
                                                   use_fast_accum=fast),
@@ -46,6 +50,7 @@ def main():
     ap.add_argument("--mn", type=int, nargs="+", default=[4096, 4096, 8192, 8192], help="M N pairs")
     ap.add_argument("--ks", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--configs", nargs="*", default=[], help="also time ours forced to these tile configurations")
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -56,7 +61,7 @@ def main():
         for k in args.ks:
             a = (torch.randn(m, k, device="cuda") * 2).to(F8)
             b = (torch.randn(n, k, device="cuda") * 2).to(F8)
-            fns = {**variants(a, b, sa, sb, False), **variants(a, b, sa, sb, True)}
+            fns = {**variants(a, b, sa, sb, False, args.configs), **variants(a, b, sa, sb, True, args.configs)}
             ref = fns["cublas"]().float()
             for name, fn in fns.items():  # a fast wrong kernel must not win
                 err = relative_error(fn(), ref)
