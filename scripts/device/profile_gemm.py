@@ -6,7 +6,11 @@ under ncu are ours, cutlass::device_kernel, and cuBLASLt's nvjet):
 
 Each shape runs three calls of ours, then three of cuBLAS: with one shape per
 run, --launch-skip 2 --launch-count 4 profiles our third call and cuBLAS's
-three (session 24: bench/results/gemm_ncu_vs_cublas_2026-12-04_h200_27987d3.json)."""
+three (session 24: bench/results/gemm_ncu_vs_cublas_2026-12-04_h200_27987d3.json).
+--config forces our tile configuration, --fast-accum sets use_fast_accum on
+both, and --only-cublas runs cuBLAS's calls alone, without the extension (so
+without a build: session 25 read cuBLAS's SASS with ncu's source counters that
+way, bench/NOTES.md)."""
 import argparse
 import os
 import sys
@@ -22,6 +26,8 @@ ap.add_argument("--config", default="auto", help="our tile configuration (scaled
 ap.add_argument("--fast-accum", action="store_true", help="use_fast_accum=True on both sides")
 ap.add_argument("--only-cublas", action="store_true", help="cuBLAS's calls only (no fp8ext build needed)")
 args = ap.parse_args()
+if args.only_cublas and args.row_wise:
+    ap.error("--only-cublas takes per-tensor scales only")
 for shape in args.shapes:
     m, n, k = map(int, shape.split("x"))
     a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
