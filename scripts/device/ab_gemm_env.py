@@ -83,9 +83,10 @@ def main():
     # that order (bench/NOTES.md): this keeps the drift between them short
     # and moves each setting through every position.
     for rnd in range(args.rounds):
+        first = rnd % len(args.settings)
+        order = args.settings[first:] + args.settings[:first]
         for name, _, ours, anchor, ws in rows:
-            k = rnd % len(args.settings)
-            for st in args.settings[k:] + args.settings[:k]:
+            for st in order:
                 apply_env(env_setting(st), named)
                 if rnd == 0:
                     got = ours(ws[0])
