@@ -2,6 +2,7 @@
 // operands, for every configuration, scale kind, bias and output dtype the
 // kernels are instantiated for; plus refusals of what they cannot run.
 // Skips (exit 77) where there is no GPU.
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -49,10 +50,16 @@ Operands make_operands(int64_t m, int64_t n, int64_t k, Fp8Format fa, Fp8Format 
   return o;
 }
 
-// Runs one problem and returns ||D - ref|| / ||ref|| (Frobenius), ref in float64.
-double run_and_compare(const Operands& o, Fp8Format fa, Fp8Format fb, DType d, bool with_bias, GemmConfig config) {
+constexpr uint8_t kUnwritten = 0xA5;  // fills D's row gaps (ldd > N): a kernel must leave them alone
+
+// Runs one problem and returns ||D - ref|| / ||ref|| (Frobenius), ref in float64;
+// D has row stride ldd (0: N), and a byte written between rows makes it infinite.
+double run_and_compare(const Operands& o, Fp8Format fa, Fp8Format fb, DType d, bool with_bias, GemmConfig config,
+                       int64_t ldd = 0) {
+  if (ldd == 0) ldd = o.n;
   const size_t out_bytes = d == DType::kFloat32 ? 4 : 2;
-  DeviceBuffer<uint8_t> da(o.a.size()), db(o.b.size()), dd(o.m * o.n * out_bytes), dbias(o.n * out_bytes);
+  DeviceBuffer<uint8_t> da(o.a.size()), db(o.b.size()), dd(o.m * ldd * out_bytes), dbias(o.n * out_bytes);
+  dd.upload(std::vector<uint8_t>(dd.n, kUnwritten));
   DeviceBuffer<float> dsa(o.sa.size()), dsb(o.sb.size());
   da.upload(o.a);
   db.upload(o.b);
@@ -63,14 +70,22 @@ double run_and_compare(const Operands& o, Fp8Format fa, Fp8Format fb, DType d, b
   cuda::ScaledMmProblem p{da.ptr, fa, o.k, db.ptr, fb, o.k, o.m, o.n, o.k,
                           dsa.ptr, o.sa.size() > 1 || (o.m == 1 && o.sa.size() == 1), dsb.ptr,
                           o.sb.size() > 1 || (o.n == 1 && o.sb.size() == 1), with_bias ? dbias.ptr : nullptr,
-                          dd.ptr, d, o.n};
+                          dd.ptr, d, ldd};
   const char* why = cuda::scaled_mm_unsupported_reason(p);
   EXPECT_TRUE(why == nullptr);
   const size_t ws_bytes = cuda::scaled_mm_workspace_bytes(p, config);
   DeviceBuffer<uint8_t> ws(ws_bytes);
   CUDA_OK(cuda::scaled_mm(p, config, ws.ptr, ws_bytes, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
-  const std::vector<double> got = decode_out(d, dd.download(), o.m * o.n);
+  const std::vector<uint8_t> raw = dd.download();
+  std::vector<uint8_t> packed;  // the rows without their gaps
+  for (int64_t i = 0; i < o.m; ++i) {
+    const auto row = raw.begin() + i * ldd * out_bytes;
+    packed.insert(packed.end(), row, row + o.n * out_bytes);
+    for (auto g = row + o.n * out_bytes; g != row + ldd * out_bytes; ++g)
+      if (*g != kUnwritten) return INFINITY;
+  }
+  const std::vector<double> got = decode_out(d, packed, o.m * o.n);
 
   return test::relative_error(got, o.m, o.n, [&](int64_t i, int64_t j) {
     double acc = 0.0;
@@ -160,6 +175,32 @@ FP8EXT_TEST(split_k_every_split_count_and_dtype) {
         }
   }
   unsetenv("FP8EXT_GEMM_SPLITS");
+  EXPECT_EQ_CTX(failures.empty(), true, failures);
+}
+
+FP8EXT_TEST(output_row_stride_wider_than_n) {
+  // D as a column slice of a wider matrix (ldd > N): every config, split-K
+  // included, writes its rows at the stride and nothing between them.
+  test::require_gpu();
+  std::string failures;
+  std::vector<GemmConfig> configs(std::begin(kConfigs), std::end(kConfigs));
+  configs.push_back(GemmConfig::kSplitK);
+  for (GemmConfig config : configs)
+    for (DType d : {DType::kBFloat16, DType::kFloat32}) {
+      cuda::ScaledMmProblem kind{};  // what has_config reads: the formats and D's dtype
+      kind.a_format = kind.b_format = Fp8Format::kE4M3;
+      kind.d_dtype = d;
+      if (!cuda::scaled_mm_has_config(kind, config)) continue;  // not instantiated for this dtype
+      const Operands o = make_operands(300, 264, 512, Fp8Format::kE4M3, Fp8Format::kE4M3, true, true, 77);
+      const std::string ctx = " [config=" + std::string(cuda::gemm_config_name(config)) +
+                              " dtype=" + std::to_string(int(d));
+      try {
+        const double e = run_and_compare(o, Fp8Format::kE4M3, Fp8Format::kE4M3, d, true, config, 264 + 40);
+        if (!(e < test::gemm_tolerance(d))) failures += ctx + " err=" + std::to_string(e) + "]";
+      } catch (const test::Failure& f) {  // a failed launch: name the config and go on
+        failures += ctx + " " + f.what() + "]";
+      }
+    }
   EXPECT_EQ_CTX(failures.empty(), true, failures);
 }
 

@@ -7,6 +7,8 @@ K. Per-tensor scales, bf16 out, promoted and fast accumulation.
 
     python scripts/device/k_sweep_gemm.py --out DIR [--mn 4096 4096 8192 8192] [--ks 1024 2048 4096 8192 16384]
         [--configs large large_n192]   (ours forced to these configurations too)
+        [--settings FP8EXT_GEMM_STORE_EVICT_FIRST=1]   (ours under these environment settings too;
+                                                        the library reads them at launch, so at capture)
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ import torch
 import fp8ext
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from benchlib import capture_graph, relative_error, time_interleaved_ms, write_record  # noqa: E402
+from benchlib import (apply_env, capture_graph, env_setting, relative_error, time_interleaved_ms,  # noqa: E402
+                      write_record)
 
 F8 = torch.float8_e4m3fn
 CALLS = 20  # per graph
@@ -33,12 +36,27 @@ def line_fit(xs: list, ys: list) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
-def variants(a, b, sa, sb, fast: bool, configs=()) -> dict:
+def under_env(fn, setting: str, named):
+    """fn run with `setting` applied (and every variable in `named` unset otherwise)."""
+    def run():
+        apply_env(env_setting(setting), named)
+        try:
+            return fn()
+        finally:
+            apply_env({}, named)
+    return run
+
+
+def variants(a, b, sa, sb, fast: bool, configs=(), settings=()) -> dict:
     tag = " fast" if fast else ""
     forced = {f"ours {c}{tag}": (lambda c=c: fp8ext.scaled_mm(a, b, sa, sb, config=c, use_fast_accum=fast))
               for c in configs}
+    named = {var for text in settings for var in env_setting(text)}
+    ours = lambda: fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=fast)  # noqa: E731
+    with_env = {f"ours [{t}]{tag}": under_env(ours, t, named) for t in settings}
     return {
         **forced,
+        **with_env,
         f"ours{tag}": lambda: fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=fast),
         f"cublas{tag}": lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
                                                   use_fast_accum=fast),
@@ -51,6 +69,7 @@ def main():
     ap.add_argument("--ks", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--configs", nargs="*", default=[], help="also time ours forced to these tile configurations")
+    ap.add_argument("--settings", nargs="*", default=[], help='also time ours under these "VAR=VALUE,..."')
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -61,7 +80,8 @@ def main():
         for k in args.ks:
             a = (torch.randn(m, k, device="cuda") * 2).to(F8)
             b = (torch.randn(n, k, device="cuda") * 2).to(F8)
-            fns = {**variants(a, b, sa, sb, False, args.configs), **variants(a, b, sa, sb, True, args.configs)}
+            fns = {**variants(a, b, sa, sb, False, args.configs, args.settings),
+                   **variants(a, b, sa, sb, True, args.configs, args.settings)}
             ref = fns["cublas"]().float()
             for name, fn in fns.items():  # a fast wrong kernel must not win
                 err = relative_error(fn(), ref)
