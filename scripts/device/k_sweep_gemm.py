@@ -7,8 +7,8 @@ K. Per-tensor scales, bf16 out, promoted and fast accumulation.
 
     python scripts/device/k_sweep_gemm.py --out DIR [--mn 4096 4096 8192 8192] [--ks 1024 2048 4096 8192 16384]
         [--configs large large_n192]   (ours forced to these configurations too)
-        [--settings FP8EXT_GEMM_STORE_EVICT_FIRST=1]   (ours under these environment settings too;
-                                                        the library reads them at launch, so at capture)
+        [--settings FP8EXT_GEMM_SWIZZLE=2 FP8EXT_GEMM_RASTER=1]   (ours under these environment
+                                                   settings too; read at launch, so at capture)
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def variants(a, b, sa, sb, fast: bool, configs=(), settings=()) -> dict:
     return {
         **forced,
         **with_env,
-        f"ours{tag}": lambda: fp8ext.scaled_mm(a, b, sa, sb, use_fast_accum=fast),
+        f"ours{tag}": ours,
         f"cublas{tag}": lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
                                                   use_fast_accum=fast),
     }
