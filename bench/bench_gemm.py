@@ -29,8 +29,8 @@ import torch
 import fp8ext
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import (capture_graph, print_table, ratio_fields, relative_error, rotating, sm_clock_mhz,  # noqa: E402
-                      time_interleaved_ms, write_results)
+from benchlib import (capture_graph, gemm_scales, print_table, ratio_fields, relative_error, rotating,  # noqa: E402
+                      sm_clock_mhz, time_interleaved_ms, write_results)
 
 F8 = torch.float8_e4m3fn
 NK = {  # layer: (N, K)
@@ -56,12 +56,6 @@ def weights(n, k, copies):
     return [(torch.randn(n, k, device="cuda") * 2).to(F8) for _ in range(copies)]
 
 
-def scales(m, n, row_wise):
-    if row_wise:
-        return torch.rand(m, 1, device="cuda") * 0.1 + 0.01, torch.rand(1, n, device="cuda") * 0.1 + 0.01
-    return torch.tensor(0.05, device="cuda"), torch.tensor(0.02, device="cuda")
-
-
 def timed(fns_for_weight, ws, graph):
     """Per-call times of each function (ms) and their per-round times, timed in
     alternating bursts (benchlib.time_interleaved_ms); graph-timed calls rotate
@@ -81,7 +75,7 @@ def bench_row(m, n, k, row_wise, config="auto", anchor=True, fast=False):
     copies = max(1, math.ceil(2 * L2_BYTES / (n * k))) if graph else 1
     ws = weights(n, k, copies)
     a = (torch.randn(m, k, device="cuda") * 2).to(F8)
-    sa, sb = scales(m, n, row_wise)
+    sa, sb = gemm_scales(m, n, row_wise)
     ours = lambda w: fp8ext.scaled_mm(a, w, sa.reshape(-1), sb.reshape(-1), out_dtype=torch.bfloat16,  # noqa: E731
                                       config=config, use_fast_accum=fast)
     cublas = lambda w: torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,  # noqa: E731
@@ -126,7 +120,7 @@ def accuracy_rows():
         torch.manual_seed(0)
         a = (torch.randn(m, k, device="cuda") * 2).to(F8)
         b = (torch.randn(n, k, device="cuda") * 2).to(F8)
-        sa, sb = scales(m, n, True)
+        sa, sb = gemm_scales(m, n, True)
         ref = (a.double() * sa.double()) @ (b.double() * sb.t().double()).t()
         err = lambda d: round(relative_error(d, ref, torch.float64), 8)  # noqa: E731
         row = {"op": "scaled_mm_accuracy", "shape": f"{m}x{n}x{k}", "out_dtype": "float32"}

@@ -154,6 +154,15 @@ def run_info() -> dict:
             "torch": torch.__version__, "date": datetime.date.today().isoformat()}
 
 
+def gemm_scales(m: int, n: int, row_wise: bool):
+    """The GEMM suite's scales: per-token [M, 1] and per-channel [1, N] in [0.01, 0.11),
+    or one value each (0.05, 0.02). Here, not in bench_gemm, so that scripts timing
+    cuBLAS alone need no fp8ext build."""
+    if row_wise:
+        return torch.rand(m, 1, device="cuda") * 0.1 + 0.01, torch.rand(1, n, device="cuda") * 0.1 + 0.01
+    return torch.tensor(0.05, device="cuda"), torch.tensor(0.02, device="cuda")
+
+
 def env_setting(text: str) -> dict:
     """One setting of a one-process A/B over environment variables that the
     library reads at launch: "VAR=VALUE,VAR=VALUE", or "-" for none."""

@@ -20,10 +20,10 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from bench_gemm import L2_BYTES, NK, scales, weights  # noqa: E402
+from bench_gemm import L2_BYTES, NK, weights  # noqa: E402
 from bench_gemm_blockwise import BLOCK, cublas_blockwise, group_scales  # noqa: E402
-from benchlib import (apply_env, env_setting, graph_time_rotating_ms, relative_error, same_output,  # noqa: E402
-                      write_record)
+from benchlib import (apply_env, env_setting, gemm_scales, graph_time_rotating_ms, relative_error,  # noqa: E402
+                      same_output, write_record)
 
 import fp8ext  # noqa: E402
 
@@ -46,7 +46,7 @@ def cases(ms, layers, kinds=KINDS, fast=False):
             for kind in ("per-tensor", "row-wise"):
                 if kind not in kinds:
                     continue
-                sa, sb = scales(m, n, kind == "row-wise")
+                sa, sb = gemm_scales(m, n, kind == "row-wise")
                 ours = lambda w, a=a, sa=sa, sb=sb: fp8ext.scaled_mm(a, w, sa.reshape(-1), sb.reshape(-1),  # noqa: E731
                                                                          use_fast_accum=fast)
                 anchor = lambda w, a=a, sa=sa, sb=sb: torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb,  # noqa: E731

@@ -18,6 +18,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from benchlib import gemm_scales  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--shapes", nargs="+", default=["16384x4096x4096"], help="MxNxK")
@@ -28,16 +29,13 @@ ap.add_argument("--only-cublas", action="store_true", help="cuBLAS's calls only 
 args = ap.parse_args()
 if args.only_cublas and args.row_wise:
     ap.error("--only-cublas takes per-tensor scales only")
+if not args.only_cublas:
+    import fp8ext  # noqa: E402
 for shape in args.shapes:
     m, n, k = map(int, shape.split("x"))
     a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
     w = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
-    if args.only_cublas:  # bench_gemm imports the extension; these are its per-tensor scales
-        sa, sb = torch.tensor(0.05, device="cuda"), torch.tensor(0.02, device="cuda")
-    else:
-        import fp8ext
-        from bench_gemm import scales
-        sa, sb = scales(m, n, args.row_wise)
+    sa, sb = gemm_scales(m, n, args.row_wise)
     for _ in range(0 if args.only_cublas else 3):
         fp8ext.scaled_mm(a, w, sa.reshape(-1), sb.reshape(-1), config=args.config, use_fast_accum=args.fast_accum)
     for _ in range(3):
