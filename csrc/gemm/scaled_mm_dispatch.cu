@@ -91,6 +91,13 @@ bool gemv_enabled() {
   return !(v && std::strcmp(v, "0") == 0);
 }
 
+// FP8EXT_GEMM_FAST_PINGPONG=1: fast accumulation at M > 128 takes the ping-pong
+// kernel (A/B timing of kPingpongFastAccum against kAuto's choice, one process).
+bool fast_pingpong_forced() {
+  const char* v = std::getenv("FP8EXT_GEMM_FAST_PINGPONG");
+  return v && std::strcmp(v, "1") == 0;
+}
+
 // SMs of the current device (132 on an H200).
 int64_t sm_count() { return current_device_info().sm_count; }
 
@@ -161,7 +168,8 @@ auto with_split_kernel(const ScaledMmProblem& p, Fn&& fn) {
 bool has_config(const ScaledMmProblem& p, GemmConfig c) {
   const bool e4m3 = p.a_format == Fp8Format::kE4M3 && p.b_format == Fp8Format::kE4M3;
   if (c == GemmConfig::kGemv || c == GemmConfig::kSplitK) return e4m3;
-  if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN)
+  if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN ||
+      c == GemmConfig::kPingpongFastAccum)
     return e4m3 && p.d_dtype == DType::kBFloat16;
   if (e4m3 && p.d_dtype != DType::kFloat32) return c != GemmConfig::kAuto;
   if (e4m3) return c == GemmConfig::kLarge || c == GemmConfig::kSwapMedium;
@@ -191,6 +199,7 @@ bool with_kernel(const ScaledMmProblem& p, GemmConfig c, Fn&& fn) {
         if (c == GemmConfig::kWideFastAccum) fn(Kernel<E4, E4, D, GemmConfig::kWideFastAccum>{});
         if (c == GemmConfig::kLargeN192) fn(Kernel<E4, E4, D, GemmConfig::kLargeN192>{});
         if (c == GemmConfig::kLargeClusterN) fn(Kernel<E4, E4, D, GemmConfig::kLargeClusterN>{});
+        if (c == GemmConfig::kPingpongFastAccum) fn(Kernel<E4, E4, D, GemmConfig::kPingpongFastAccum>{});
       }
     };
     switch (p.d_dtype) {
@@ -218,6 +227,8 @@ double wave_efficiency(int64_t tiles) {
 // more than a tenth of the last wave idle (1024x6144: 192 tiles on 132 SMs,
 // 50.4 us against 128x128's 44.3).
 GemmConfig large_m_config(const ScaledMmProblem& p) {
+  if (p.allow_fast_accum && fast_pingpong_forced() && has_config(p, GemmConfig::kPingpongFastAccum))
+    return GemmConfig::kPingpongFastAccum;
   if (p.allow_fast_accum && has_config(p, GemmConfig::kWideFastAccum) && wave_efficiency(tiles(p, 128, 256)) >= 0.9)
     return GemmConfig::kWideFastAccum;
   if (p.m >= 4096 && p.n >= 6144 && has_config(p, GemmConfig::kLargeN192)) return GemmConfig::kLargeN192;
@@ -284,6 +295,7 @@ const char* gemm_config_name(GemmConfig config) {
     case GemmConfig::kLargeClusterN: return "large_128x128_coop_cluster_1x2";
     case GemmConfig::kGemv: return "gemv_cuda_cores";
     case GemmConfig::kSplitK: return "split_k";
+    case GemmConfig::kPingpongFastAccum: return "pingpong_128x128_fast_accum";
   }
   return "unknown";
 }

@@ -6,4 +6,5 @@ namespace fp8ext::cuda::gemm {
 template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, GemmConfig::kWideFastAccum>;
 template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, GemmConfig::kLargeN192>;
 template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, GemmConfig::kLargeClusterN>;
+template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, GemmConfig::kPingpongFastAccum>;
 }  // namespace fp8ext::cuda::gemm

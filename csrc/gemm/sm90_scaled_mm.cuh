@@ -90,6 +90,14 @@ struct ConfigOf<GemmConfig::kWideFastAccum>
     : TileConfig<Shape<_128, _256, _128>, Shape<_2, _1, _1>,
                  cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
                  cutlass::epilogue::TmaWarpSpecializedCooperative, false, false> {};
+// Each warp group owns a whole 128x128 tile (one 128-register accumulator:
+// fast accumulation only) and the two alternate, so one's epilogue runs while
+// the other's MMAs do: the per-tile cost the cooperative kernels expose.
+template <>
+struct ConfigOf<GemmConfig::kPingpongFastAccum>
+    : TileConfig<Shape<_128, _128, _128>, Shape<_2, _1, _1>,
+                 cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
+                 cutlass::epilogue::TmaWarpSpecialized, false, false> {};
 // 64x192 per warp group: CUTLASS's two accumulators of 96 registers each still
 // fit, the deferred mainloop's three would not.
 template <>

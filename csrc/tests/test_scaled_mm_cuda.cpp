@@ -102,7 +102,8 @@ const GemmCase kCases[] = {{1, 136, 128}, {15, 264, 256}, {17, 136, 384}, {64, 2
                            {129, 136, 512}, {300, 520, 256}};
 const GemmConfig kConfigs[] = {GemmConfig::kAuto,      GemmConfig::kLarge,         GemmConfig::kMedium,
                                GemmConfig::kSwapSmall, GemmConfig::kSwapMedium,    GemmConfig::kWideFastAccum,
-                               GemmConfig::kLargeN192, GemmConfig::kLargeClusterN, GemmConfig::kGemv};
+                               GemmConfig::kLargeN192, GemmConfig::kLargeClusterN, GemmConfig::kGemv,
+                               GemmConfig::kPingpongFastAccum};
 
 }  // namespace
 

@@ -66,7 +66,10 @@ enum class GemmConfig : int {
                 // kSwapMedium's tiles for M <= 64, 128x128 tiles in 1x2 clusters above (problems
                 // with too few tiles of N to fill the GPU; see scaled_mm_dispatch.cu). M <= 16
                 // runs whole K.
-  kLastConfig = kSplitK,
+  // bf16 output only:
+  kPingpongFastAccum = 10,  // 128x128x128 tile, 2x1 cluster, ping-pong (one warp group's epilogue
+                            // runs under the other's MMAs), FP8 fast accumulation
+  kLastConfig = kPingpongFastAccum,
 };
 
 const char* gemm_config_name(GemmConfig config);
