@@ -144,14 +144,16 @@ def test_gemv_rows_per_warp_variants(monkeypatch, rows_per_warp, seed):
         check(m, 4092, 4100, torch.float32, True, True, True, config="gemv", seed=seed)
 
 
-@pytest.mark.parametrize("config", ["wide_fast_accum", "large_n192", "large_cluster_n", "pingpong_fast_accum"])
+@pytest.mark.parametrize("config", ["wide_fast_accum", "large_n192", "large_cluster_n", "pingpong_fast_accum",
+                                    "pingpong_2x2_fast_accum"])
 @pytest.mark.parametrize("m", [1, 200, 1000])
 def test_bf16_tuning_candidates(config, m, seed):
     check(m, 776, 384, torch.bfloat16, config=config, seed=seed)
 
 
 @pytest.mark.parametrize("config,fast", [("large", False), ("large_n192", False), ("large_cluster_n", False),
-                                         ("wide_fast_accum", True), ("pingpong_fast_accum", True)])
+                                         ("wide_fast_accum", True), ("pingpong_fast_accum", True),
+                                         ("pingpong_2x2_fast_accum", True)])
 def test_tile_order_changes_no_bit(monkeypatch, config, fast, seed):
     """The order the persistent scheduler hands out tiles in (FP8EXT_GEMM_SWIZZLE groups,
     the raster along M or N; read at each launch) changes no bit of D: each tile is summed

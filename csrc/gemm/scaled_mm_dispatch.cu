@@ -91,11 +91,11 @@ bool gemv_enabled() {
   return !(v && std::strcmp(v, "0") == 0);
 }
 
-// FP8EXT_GEMM_FAST_PINGPONG=1: fast accumulation at M > 128 takes the ping-pong
-// kernel (A/B timing of kPingpongFastAccum against kAuto's choice, one process).
-bool fast_pingpong_forced() {
+// FP8EXT_GEMM_FAST_PINGPONG (EXPERIMENT): 0 never, 1 always the 2x1 ping-pong
+// kernel, 2 always the 2x2 one, unset: the rule.
+int fast_pingpong_setting() {
   const char* v = std::getenv("FP8EXT_GEMM_FAST_PINGPONG");
-  return v && std::strcmp(v, "1") == 0;
+  return v && *v ? std::atoi(v) : -1;
 }
 
 // SMs of the current device (132 on an H200).
@@ -169,7 +169,7 @@ bool has_config(const ScaledMmProblem& p, GemmConfig c) {
   const bool e4m3 = p.a_format == Fp8Format::kE4M3 && p.b_format == Fp8Format::kE4M3;
   if (c == GemmConfig::kGemv || c == GemmConfig::kSplitK) return e4m3;
   if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN ||
-      c == GemmConfig::kPingpongFastAccum)
+      c == GemmConfig::kPingpongFastAccum || c == GemmConfig::kPingpongFastAccum2x2)
     return e4m3 && p.d_dtype == DType::kBFloat16;
   if (e4m3 && p.d_dtype != DType::kFloat32) return c != GemmConfig::kAuto;
   if (e4m3) return c == GemmConfig::kLarge || c == GemmConfig::kSwapMedium;
@@ -200,6 +200,7 @@ bool with_kernel(const ScaledMmProblem& p, GemmConfig c, Fn&& fn) {
         if (c == GemmConfig::kLargeN192) fn(Kernel<E4, E4, D, GemmConfig::kLargeN192>{});
         if (c == GemmConfig::kLargeClusterN) fn(Kernel<E4, E4, D, GemmConfig::kLargeClusterN>{});
         if (c == GemmConfig::kPingpongFastAccum) fn(Kernel<E4, E4, D, GemmConfig::kPingpongFastAccum>{});
+        if (c == GemmConfig::kPingpongFastAccum2x2) fn(Kernel<E4, E4, D, GemmConfig::kPingpongFastAccum2x2>{});
       }
     };
     switch (p.d_dtype) {
@@ -221,14 +222,27 @@ double wave_efficiency(int64_t tiles) {
   return static_cast<double>(tiles) / static_cast<double>(((tiles + sms - 1) / sms) * sms);
 }
 
+// Where the ping-pong fast-accumulation kernel beat the cooperative ones (EXPERIMENT,
+// first A/B): K < 8192, unless the operand the raster walks over (128x128 tiles:
+// A when there are more tiles of N than of M, else B) is larger than L2.
+bool pingpong_fast_wins(const ScaledMmProblem& p) {
+  constexpr int64_t kL2Bytes = int64_t{50} << 20;
+  const int64_t swept = ceil_div(p.n, int64_t{128}) > ceil_div(p.m, int64_t{128}) ? p.m : p.n;
+  return p.k < 8192 && swept * p.k <= kL2Bytes;
+}
+
 // M > 128. Promoted: 128x192 tiles for M >= 4096 and N >= 6144 (3-9% faster
 // than 128x128 there, slower at N = 4096 and M = 1024), else 128x128. With fast
 // accumulation allowed, 128x256 tiles (~10% faster per tile) unless they leave
 // more than a tenth of the last wave idle (1024x6144: 192 tiles on 132 SMs,
 // 50.4 us against 128x128's 44.3).
 GemmConfig large_m_config(const ScaledMmProblem& p) {
-  if (p.allow_fast_accum && fast_pingpong_forced() && has_config(p, GemmConfig::kPingpongFastAccum))
-    return GemmConfig::kPingpongFastAccum;
+  const int pp = fast_pingpong_setting();
+  if (p.allow_fast_accum && has_config(p, GemmConfig::kPingpongFastAccum)) {
+    if (pp == 1) return GemmConfig::kPingpongFastAccum;
+    if (pp == 2) return GemmConfig::kPingpongFastAccum2x2;
+    if (pp < 0 && pingpong_fast_wins(p)) return GemmConfig::kPingpongFastAccum;
+  }
   if (p.allow_fast_accum && has_config(p, GemmConfig::kWideFastAccum) && wave_efficiency(tiles(p, 128, 256)) >= 0.9)
     return GemmConfig::kWideFastAccum;
   if (p.m >= 4096 && p.n >= 6144 && has_config(p, GemmConfig::kLargeN192)) return GemmConfig::kLargeN192;
@@ -296,6 +310,7 @@ const char* gemm_config_name(GemmConfig config) {
     case GemmConfig::kGemv: return "gemv_cuda_cores";
     case GemmConfig::kSplitK: return "split_k";
     case GemmConfig::kPingpongFastAccum: return "pingpong_128x128_fast_accum";
+    case GemmConfig::kPingpongFastAccum2x2: return "pingpong_128x128_2x2_fast_accum";
   }
   return "unknown";
 }

@@ -7,4 +7,5 @@ template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, Gem
 template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, GemmConfig::kLargeN192>;
 template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, GemmConfig::kLargeClusterN>;
 template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, GemmConfig::kPingpongFastAccum>;
+template struct Kernel<Fp8Format::kE4M3, Fp8Format::kE4M3, DType::kBFloat16, GemmConfig::kPingpongFastAccum2x2>;
 }  // namespace fp8ext::cuda::gemm

@@ -98,6 +98,11 @@ struct ConfigOf<GemmConfig::kPingpongFastAccum>
     : TileConfig<Shape<_128, _128, _128>, Shape<_2, _1, _1>,
                  cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
                  cutlass::epilogue::TmaWarpSpecialized, false, false> {};
+template <>
+struct ConfigOf<GemmConfig::kPingpongFastAccum2x2>
+    : TileConfig<Shape<_128, _128, _128>, Shape<_2, _2, _1>,
+                 cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
+                 cutlass::epilogue::TmaWarpSpecialized, false, false> {};
 // 64x192 per warp group: CUTLASS's two accumulators of 96 registers each still
 // fit, the deferred mainloop's three would not.
 template <>

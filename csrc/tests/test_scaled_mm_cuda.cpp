@@ -103,7 +103,7 @@ const GemmCase kCases[] = {{1, 136, 128}, {15, 264, 256}, {17, 136, 384}, {64, 2
 const GemmConfig kConfigs[] = {GemmConfig::kAuto,      GemmConfig::kLarge,         GemmConfig::kMedium,
                                GemmConfig::kSwapSmall, GemmConfig::kSwapMedium,    GemmConfig::kWideFastAccum,
                                GemmConfig::kLargeN192, GemmConfig::kLargeClusterN, GemmConfig::kGemv,
-                               GemmConfig::kPingpongFastAccum};
+                               GemmConfig::kPingpongFastAccum, GemmConfig::kPingpongFastAccum2x2};
 
 }  // namespace
 
@@ -252,6 +252,7 @@ FP8EXT_TEST(auto_config_buckets) {
   };
   unsetenv("FP8EXT_GEMV");  // the default, whatever the caller's environment
   unsetenv("FP8EXT_GEMM_SPLITS");
+  unsetenv("FP8EXT_GEMM_FAST_PINGPONG");
   EXPECT_EQ(int(config_for(1)), int(GemmConfig::kGemv));  // the CUDA-core GEMV at M = 1
   EXPECT_EQ(int(config_for(2)), int(GemmConfig::kSwapSmall));
   setenv("FP8EXT_GEMV", "0", 1);  // ... turned off
@@ -268,11 +269,16 @@ FP8EXT_TEST(auto_config_buckets) {
   EXPECT_EQ(int(config_for(128)), int(GemmConfig::kLargeClusterN));
   EXPECT_EQ(int(config_for(129)), int(GemmConfig::kLarge));
   EXPECT_EQ(int(config_for(4096)), int(GemmConfig::kLargeN192));  // M >= 4096, N >= 6144
-  p.allow_fast_accum = true;  // 128x256 fast-accumulation tiles when they fill the waves (bf16 only)
-  EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kWideFastAccum));  // 256 tiles on 132 SMs
+  p.allow_fast_accum = true;  // bf16 only: ping-pong 128x128 tiles at K < 8192 ...
+  EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kPingpongFastAccum));
   EXPECT_EQ(int(config_for(16)), int(GemmConfig::kSwapSmall));
+  p.k = p.lda = p.ldb = 8192;  // ... else 128x256 cooperative tiles when they fill the waves
+  EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kWideFastAccum));  // 256 tiles on 132 SMs
   p.n = 6144;
   EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kLarge));  // 192 tiles: a wave 45% idle
+  p.k = p.lda = p.ldb = 4096;
+  p.m = 16384, p.n = 28672;  // K = 4096, but the raster sweeps A (64 MB) past L2
+  EXPECT_EQ(int(config_for(16384)), int(GemmConfig::kWideFastAccum));
   p.n = 8192;
   p.d_dtype = DType::kFloat16;
   EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kLarge));

@@ -69,7 +69,8 @@ enum class GemmConfig : int {
   // bf16 output only:
   kPingpongFastAccum = 10,  // 128x128x128 tile, 2x1 cluster, ping-pong (one warp group's epilogue
                             // runs under the other's MMAs), FP8 fast accumulation
-  kLastConfig = kPingpongFastAccum,
+  kPingpongFastAccum2x2 = 11,  // EXPERIMENT: the same in 2x2 clusters
+  kLastConfig = kPingpongFastAccum2x2,
 };
 
 const char* gemm_config_name(GemmConfig config);
