@@ -52,9 +52,11 @@ def test_scale_kinds_dtypes_bias(m, out_dtype, per_row_a, per_row_b, bias, seed)
     check(m, 520, 256, out_dtype, per_row_a, per_row_b, bias, seed=seed)
 
 
-@pytest.mark.parametrize("config", ["large", "medium", "swap_small", "swap_medium", "gemv"])
+# kMedium is bf16 only (fp16 gave it up for the ping-pong fast kernel, issue 4's budget).
+@pytest.mark.parametrize("config,out_dtype", [(c, d) for c in ("large", "medium", "swap_small", "swap_medium", "gemv")
+                                              for d in (torch.bfloat16, torch.float16)
+                                              if (c, d) != ("medium", torch.float16)])
 @pytest.mark.parametrize("m", [1, 17, 64, 200, 1000])
-@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16])
 def test_every_config_at_every_size(config, m, out_dtype, seed):
     check(m, 776, 384, out_dtype, config=config, seed=seed)
 
@@ -62,17 +64,16 @@ def test_every_config_at_every_size(config, m, out_dtype, seed):
 @pytest.mark.parametrize("m,n,k", [(1, 776, 384), (8, 136, 128), (17, 200, 256), (64, 776, 384), (100, 1000, 4100),
                                    (200, 520, 256)])
 @pytest.mark.parametrize("per_row", [False, True])
-@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16])
-def test_medium_clusters(m, n, k, per_row, out_dtype, seed):
+def test_medium_clusters(m, n, k, per_row, seed):
     """kMedium's 64x96 tiles in 2x1 clusters: N / 96 not whole, M within one 64-row
     tile (a cluster partly outside the problem), several tiles along M, unaligned K and N."""
-    check(m, n, k, out_dtype, per_row, per_row, per_row, config="medium", seed=seed)
+    check(m, n, k, torch.bfloat16, per_row, per_row, per_row, config="medium", seed=seed)
 
 
 # The kernels whose mainloop promotes to fp32 one K tile behind (sm90_deferred_promotion.cuh),
 # with an M each can take and the output dtypes each is instantiated for.
 DEFERRED = [("swap_small", 16, (torch.bfloat16, torch.float16)), ("swap_medium", 64, tuple(TOLERANCE)),
-            ("medium", 128, (torch.bfloat16, torch.float16)),
+            ("medium", 128, (torch.bfloat16,)),
             ("large_cluster_n", 128, (torch.bfloat16,)), ("large", 300, tuple(TOLERANCE))]
 
 
@@ -144,16 +145,14 @@ def test_gemv_rows_per_warp_variants(monkeypatch, rows_per_warp, seed):
         check(m, 4092, 4100, torch.float32, True, True, True, config="gemv", seed=seed)
 
 
-@pytest.mark.parametrize("config", ["wide_fast_accum", "large_n192", "large_cluster_n", "pingpong_fast_accum",
-                                    "pingpong_2x2_fast_accum"])
+@pytest.mark.parametrize("config", ["wide_fast_accum", "large_n192", "large_cluster_n", "pingpong_fast_accum"])
 @pytest.mark.parametrize("m", [1, 200, 1000])
 def test_bf16_tuning_candidates(config, m, seed):
     check(m, 776, 384, torch.bfloat16, config=config, seed=seed)
 
 
 @pytest.mark.parametrize("config,fast", [("large", False), ("large_n192", False), ("large_cluster_n", False),
-                                         ("wide_fast_accum", True), ("pingpong_fast_accum", True),
-                                         ("pingpong_2x2_fast_accum", True)])
+                                         ("wide_fast_accum", True), ("pingpong_fast_accum", True)])
 def test_tile_order_changes_no_bit(monkeypatch, config, fast, seed):
     """The order the persistent scheduler hands out tiles in (FP8EXT_GEMM_SWIZZLE groups,
     the raster along M or N; read at each launch) changes no bit of D: each tile is summed
@@ -285,12 +284,14 @@ def test_scale_on_wrong_device_raises():
         fp8ext.scaled_mm(a, b, torch.ones(()), torch.ones((), device="cuda"))
 
 
-def test_config_not_instantiated_for_dtype_raises():
+@pytest.mark.parametrize("out_dtype,config", [(torch.float32, "medium"), (torch.float16, "medium"),
+                                              (torch.float16, "pingpong_fast_accum")])
+def test_config_not_instantiated_for_dtype_raises(out_dtype, config):
     a = torch.randn(4, 32, device="cuda").to(F8)
     b = torch.randn(8, 32, device="cuda").to(F8)
     one = torch.ones((), device="cuda")
     with pytest.raises(ValueError, match="not instantiated"):
-        fp8ext.scaled_mm(a, b, one, one, out_dtype=torch.float32, config="medium")
+        fp8ext.scaled_mm(a, b, one, one, out_dtype=out_dtype, config=config)
 
 
 # ---- split-K (config "split_k"): slices of K in one launch, then a sum ---------------

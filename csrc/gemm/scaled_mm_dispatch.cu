@@ -15,6 +15,7 @@
 //   M <= 64      kSwapMedium  swap-AB, 64 x 64 x 128 tiles
 //                             64x6144x4096: 11.4 (swap_small 18.4, medium 14.7)
 //   M <= 128     kSwapMedium  when its tiles (N/64 x M/64) fit in one wave on the SMs, else kMedium
+//                             (bf16; fp16 stays on kSwapMedium, see one_tile_row_config)
 //                             (then 64 x 128 tiles, ping-pong): 128x4096x4096 12.5 vs 15.7,
 //                             128x4096x14336 27.3 vs 39.0; 128x6144x4096 17.5 vs 15.0,
 //                             128x8192x8192 33.2 vs 27.7
@@ -30,6 +31,8 @@
 //                kWideFastAccum with allow_fast_accum (bf16): 128 x 256 tiles, no promotion
 //                             (4096x6144x4096: 156 us = 1323 TFLOP/s), unless the last wave
 //                             would be > 10% idle (see large_m_config)
+//                kPingpongFastAccum with allow_fast_accum (bf16) at K < 8192 (session 27):
+//                             128 x 128 tiles, ping-pong, 2-6% faster there (pingpong_fast_wins)
 //
 //   M == 1       kGemv        CUDA cores, a warp per 2 rows of B (scaled_gemv.cu). Alone it beats
 //                             kSwapSmall on every 8B decode layer (run 7740452,
@@ -64,9 +67,10 @@
 // (Session 21's swap-AB kernels in clusters, cuBLASLt's M = 16 shapes, won
 // 1.5-3% on some rows and lost up to 38% on others: removed.)
 //
-// Instantiations (16, issue 4's budget): bf16 has every config; fp16 kLarge,
-// kMedium, kSwapSmall, kSwapMedium; fp32 kLarge, kSwapMedium (and kGemv, CUDA
-// cores) and kLargeClusterN's split-K partials; E5M2 operands (fp32 output) kLarge only.
+// Instantiations (16, issue 4's budget): bf16 has every config (8); fp16 kLarge,
+// kSwapSmall, kSwapMedium (kMedium made room for kPingpongFastAccum in session 27);
+// fp32 kLarge, kSwapMedium (and kGemv, CUDA cores) and kLargeClusterN's split-K
+// partials; E5M2 operands (fp32 output) kLarge only.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -91,11 +95,12 @@ bool gemv_enabled() {
   return !(v && std::strcmp(v, "0") == 0);
 }
 
-// FP8EXT_GEMM_FAST_PINGPONG (EXPERIMENT): 0 never, 1 always the 2x1 ping-pong
-// kernel, 2 always the 2x2 one, unset: the rule.
+// FP8EXT_GEMM_FAST_PINGPONG (tuning, read at each call): 0 never takes the
+// ping-pong fast kernel, 1 takes it at every M > 128 with fast accumulation;
+// unset (or anything else): pingpong_fast_wins decides.
 int fast_pingpong_setting() {
   const char* v = std::getenv("FP8EXT_GEMM_FAST_PINGPONG");
-  return v && *v ? std::atoi(v) : -1;
+  return v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0) ? v[0] - '0' : -1;
 }
 
 // SMs of the current device (132 on an H200).
@@ -168,9 +173,10 @@ auto with_split_kernel(const ScaledMmProblem& p, Fn&& fn) {
 bool has_config(const ScaledMmProblem& p, GemmConfig c) {
   const bool e4m3 = p.a_format == Fp8Format::kE4M3 && p.b_format == Fp8Format::kE4M3;
   if (c == GemmConfig::kGemv || c == GemmConfig::kSplitK) return e4m3;
-  if (c == GemmConfig::kWideFastAccum || c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN ||
-      c == GemmConfig::kPingpongFastAccum || c == GemmConfig::kPingpongFastAccum2x2)
-    return e4m3 && p.d_dtype == DType::kBFloat16;
+  const bool bf16_only = c == GemmConfig::kMedium || c == GemmConfig::kWideFastAccum ||
+                         c == GemmConfig::kLargeN192 || c == GemmConfig::kLargeClusterN ||
+                         c == GemmConfig::kPingpongFastAccum;
+  if (bf16_only) return e4m3 && p.d_dtype == DType::kBFloat16;
   if (e4m3 && p.d_dtype != DType::kFloat32) return c != GemmConfig::kAuto;
   if (e4m3) return c == GemmConfig::kLarge || c == GemmConfig::kSwapMedium;
   return p.d_dtype == DType::kFloat32 && c == GemmConfig::kLarge &&
@@ -192,15 +198,14 @@ bool with_kernel(const ScaledMmProblem& p, GemmConfig c, Fn&& fn) {
         default: break;
       }
       if constexpr (D != DType::kFloat32) {
-        if (c == GemmConfig::kMedium) fn(Kernel<E4, E4, D, GemmConfig::kMedium>{});
         if (c == GemmConfig::kSwapSmall) fn(Kernel<E4, E4, D, GemmConfig::kSwapSmall>{});
       }
       if constexpr (D == DType::kBFloat16) {
+        if (c == GemmConfig::kMedium) fn(Kernel<E4, E4, D, GemmConfig::kMedium>{});
         if (c == GemmConfig::kWideFastAccum) fn(Kernel<E4, E4, D, GemmConfig::kWideFastAccum>{});
         if (c == GemmConfig::kLargeN192) fn(Kernel<E4, E4, D, GemmConfig::kLargeN192>{});
         if (c == GemmConfig::kLargeClusterN) fn(Kernel<E4, E4, D, GemmConfig::kLargeClusterN>{});
         if (c == GemmConfig::kPingpongFastAccum) fn(Kernel<E4, E4, D, GemmConfig::kPingpongFastAccum>{});
-        if (c == GemmConfig::kPingpongFastAccum2x2) fn(Kernel<E4, E4, D, GemmConfig::kPingpongFastAccum2x2>{});
       }
     };
     switch (p.d_dtype) {
@@ -222,9 +227,18 @@ double wave_efficiency(int64_t tiles) {
   return static_cast<double>(tiles) / static_cast<double>(((tiles + sms - 1) / sms) * sms);
 }
 
-// Where the ping-pong fast-accumulation kernel beat the cooperative ones (EXPERIMENT,
-// first A/B): K < 8192, unless the operand the raster walks over (128x128 tiles:
-// A when there are more tiles of N than of M, else B) is larger than L2.
+// Fast accumulation, M > 128: where the ping-pong 128x128 kernel beats the
+// cooperative 128x256 one. Its epilogue hides under the other warp group's
+// MMAs, which pays at K = 4096 (a tile's mainloop is short) but not at K >= 8192,
+// where the wider tile's fewer loads per MMA win. One process, graph-timed,
+// rotated weights, us, cooperative -> ping-pong, per-tensor / row-wise
+// (bench/results/gemm_fast_pingpong_ab_2026-12-04_h200_f79c77b.json, ..._2x2_..._fc4140f.json):
+//   4096x6144x4096 168.7 -> 163.0 / 166.9 -> 162.0; 16384x6144x4096 704.6 -> 677.5 / 705.9 -> 678.2
+//   16384x4096x4096 444.6 -> 432.1 / 449.4 -> 431.8; 4096x28672x4096 801 -> 774 / 799 -> 770
+//   but 4096x8192x8192 448 -> 464, 16384x4096x14336 1547 -> 1624, and 16384x28672x4096 3202 -> 3242
+//   (past L2: the raster re-reads the 64 MB A for every column of tiles).
+// Where the 128x256 tiles would leave a wave idle (kLarge's 128x128 cooperative tiles
+// ran instead) it won at K = 8192 too: 1024x10240x8192 144.1 -> 137.3 / 143.7 -> 134.7.
 bool pingpong_fast_wins(const ScaledMmProblem& p) {
   constexpr int64_t kL2Bytes = int64_t{50} << 20;
   const int64_t swept = ceil_div(p.n, int64_t{128}) > ceil_div(p.m, int64_t{128}) ? p.m : p.n;
@@ -237,24 +251,26 @@ bool pingpong_fast_wins(const ScaledMmProblem& p) {
 // more than a tenth of the last wave idle (1024x6144: 192 tiles on 132 SMs,
 // 50.4 us against 128x128's 44.3).
 GemmConfig large_m_config(const ScaledMmProblem& p) {
-  const int pp = fast_pingpong_setting();
   if (p.allow_fast_accum && has_config(p, GemmConfig::kPingpongFastAccum)) {
-    if (pp == 1) return GemmConfig::kPingpongFastAccum;
-    if (pp == 2) return GemmConfig::kPingpongFastAccum2x2;
-    if (pp < 0 && pingpong_fast_wins(p)) return GemmConfig::kPingpongFastAccum;
+    const int setting = fast_pingpong_setting();
+    if (setting == 1 || (setting < 0 && pingpong_fast_wins(p))) return GemmConfig::kPingpongFastAccum;
+    if (wave_efficiency(tiles(p, 128, 256)) >= 0.9) return GemmConfig::kWideFastAccum;
+    if (setting < 0) return GemmConfig::kPingpongFastAccum;  // rather than kLarge's 128x128 cooperative tiles
   }
-  if (p.allow_fast_accum && has_config(p, GemmConfig::kWideFastAccum) && wave_efficiency(tiles(p, 128, 256)) >= 0.9)
-    return GemmConfig::kWideFastAccum;
   if (p.m >= 4096 && p.n >= 6144 && has_config(p, GemmConfig::kLargeN192)) return GemmConfig::kLargeN192;
   return GemmConfig::kLarge;
 }
 
 // 64 < M <= 128: swap-AB 64x64 while its tiles fit in one wave; else 128x128
-// tiles in 1x2 clusters for N >= 8192 (bf16), else 64x96 in 2x1 clusters.
+// tiles in 1x2 clusters for N >= 8192, else 64x96 in 2x1 clusters (both bf16).
+// fp16 has neither (issue 4's budget of 16 went to the fast ping-pong kernel):
+// 64x64 swap tiles over two waves, 15-20% slower than 64x96 in the bf16 table
+// above (128x6144x4096 17.5 vs 15.0 us). fp32 keeps kLarge there (not measured).
 GemmConfig one_tile_row_config(const ScaledMmProblem& p) {
   if (tiles(p, 64, 64) <= sm_count()) return GemmConfig::kSwapMedium;
   if (p.n >= 8192 && has_config(p, GemmConfig::kLargeClusterN)) return GemmConfig::kLargeClusterN;
-  return GemmConfig::kMedium;
+  if (has_config(p, GemmConfig::kMedium)) return GemmConfig::kMedium;
+  return p.d_dtype == DType::kFloat16 ? GemmConfig::kSwapMedium : GemmConfig::kLarge;
 }
 
 // kAuto's choice among the kernels that take K whole.
@@ -310,7 +326,6 @@ const char* gemm_config_name(GemmConfig config) {
     case GemmConfig::kGemv: return "gemv_cuda_cores";
     case GemmConfig::kSplitK: return "split_k";
     case GemmConfig::kPingpongFastAccum: return "pingpong_128x128_fast_accum";
-    case GemmConfig::kPingpongFastAccum2x2: return "pingpong_128x128_2x2_fast_accum";
   }
   return "unknown";
 }

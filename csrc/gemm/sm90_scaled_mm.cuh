@@ -92,15 +92,11 @@ struct ConfigOf<GemmConfig::kWideFastAccum>
                  cutlass::epilogue::TmaWarpSpecializedCooperative, false, false> {};
 // Each warp group owns a whole 128x128 tile (one 128-register accumulator:
 // fast accumulation only) and the two alternate, so one's epilogue runs while
-// the other's MMAs do: the per-tile cost the cooperative kernels expose.
+// the other's MMAs do: the per-tile cost the cooperative kernels expose
+// (bench/NOTES.md, session 27). In 2x2 clusters it was slower everywhere.
 template <>
 struct ConfigOf<GemmConfig::kPingpongFastAccum>
     : TileConfig<Shape<_128, _128, _128>, Shape<_2, _1, _1>,
-                 cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
-                 cutlass::epilogue::TmaWarpSpecialized, false, false> {};
-template <>
-struct ConfigOf<GemmConfig::kPingpongFastAccum2x2>
-    : TileConfig<Shape<_128, _128, _128>, Shape<_2, _2, _1>,
                  cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
                  cutlass::epilogue::TmaWarpSpecialized, false, false> {};
 // 64x192 per warp group: CUTLASS's two accumulators of 96 registers each still

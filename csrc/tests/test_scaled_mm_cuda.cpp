@@ -103,7 +103,7 @@ const GemmCase kCases[] = {{1, 136, 128}, {15, 264, 256}, {17, 136, 384}, {64, 2
 const GemmConfig kConfigs[] = {GemmConfig::kAuto,      GemmConfig::kLarge,         GemmConfig::kMedium,
                                GemmConfig::kSwapSmall, GemmConfig::kSwapMedium,    GemmConfig::kWideFastAccum,
                                GemmConfig::kLargeN192, GemmConfig::kLargeClusterN, GemmConfig::kGemv,
-                               GemmConfig::kPingpongFastAccum, GemmConfig::kPingpongFastAccum2x2};
+                               GemmConfig::kPingpongFastAccum};
 
 }  // namespace
 
@@ -272,10 +272,19 @@ FP8EXT_TEST(auto_config_buckets) {
   p.allow_fast_accum = true;  // bf16 only: ping-pong 128x128 tiles at K < 8192 ...
   EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kPingpongFastAccum));
   EXPECT_EQ(int(config_for(16)), int(GemmConfig::kSwapSmall));
+  setenv("FP8EXT_GEMM_FAST_PINGPONG", "0", 1);  // (never)
+  EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kWideFastAccum));
+  unsetenv("FP8EXT_GEMM_FAST_PINGPONG");
   p.k = p.lda = p.ldb = 8192;  // ... else 128x256 cooperative tiles when they fill the waves
   EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kWideFastAccum));  // 256 tiles on 132 SMs
-  p.n = 6144;
-  EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kLarge));  // 192 tiles: a wave 45% idle
+  setenv("FP8EXT_GEMM_FAST_PINGPONG", "1", 1);  // (always)
+  EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kPingpongFastAccum));
+  unsetenv("FP8EXT_GEMM_FAST_PINGPONG");
+  p.n = 6144;  // 192 wide tiles: a wave 45% idle, so ping-pong 128x128 tiles
+  EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kPingpongFastAccum));
+  setenv("FP8EXT_GEMM_FAST_PINGPONG", "0", 1);  // (the cooperative 128x128 kernel without it)
+  EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kLarge));
+  unsetenv("FP8EXT_GEMM_FAST_PINGPONG");
   p.k = p.lda = p.ldb = 4096;
   p.m = 16384, p.n = 28672;  // K = 4096, but the raster sweeps A (64 MB) past L2
   EXPECT_EQ(int(config_for(16384)), int(GemmConfig::kWideFastAccum));
@@ -283,7 +292,8 @@ FP8EXT_TEST(auto_config_buckets) {
   p.d_dtype = DType::kFloat16;
   EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kLarge));
   EXPECT_EQ(int(config_for(4096)), int(GemmConfig::kLarge));
-  EXPECT_EQ(int(config_for(128)), int(GemmConfig::kMedium));  // the 1x2-cluster kernel is bf16 only
+  EXPECT_EQ(int(config_for(128)), int(GemmConfig::kSwapMedium));  // kLargeClusterN and kMedium are bf16 only
+  EXPECT_TRUE(!cuda::scaled_mm_has_config(p, GemmConfig::kMedium));
   p.allow_fast_accum = false;
   p.d_dtype = DType::kFloat32;  // fp32 output: kLarge, kSwapMedium and the GEMV only
   EXPECT_EQ(int(config_for(1)), int(GemmConfig::kGemv));

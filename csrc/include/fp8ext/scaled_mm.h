@@ -40,7 +40,8 @@ struct ScaledMmProblem {
   int64_t ldd;
   // Allow FP8 fast accumulation (no periodic fp32 promotion of the tensor
   // cores' partial sums) with bf16 output: every tensor-core kernel then sums
-  // over all of K without promoting, and kAuto picks kWideFastAccum for large M.
+  // over all of K without promoting, and kAuto picks kPingpongFastAccum or
+  // kWideFastAccum for large M.
   // The CUDA-core GEMV (M = 1) sums in fp32 either way.
   bool allow_fast_accum = false;
 };
@@ -50,7 +51,8 @@ enum class GemmConfig : int {
   kAuto = 0,       // choose by shape
   kLarge = 1,      // 128x128x128 tile, 2x1 cluster, cooperative
   kMedium = 2,     // 64x96x128 tile, 2x1 cluster (the two 64-row halves of M <= 128 share each
-                   // weight tile by multicast: cuBLASLt's 128x6144x4096 shape), ping-pong
+                   // weight tile by multicast: cuBLASLt's 128x6144x4096 shape), ping-pong;
+                   // bf16 output only (fp16 takes kSwapMedium there)
   kSwapSmall = 3,  // swap-AB (D^T = B A^T): 64 columns of N x 16 rows of M per tile (K 128)
   kSwapMedium = 4, // swap-AB: 64 x 64 (K 128)
   // bf16 output only:
@@ -69,8 +71,7 @@ enum class GemmConfig : int {
   // bf16 output only:
   kPingpongFastAccum = 10,  // 128x128x128 tile, 2x1 cluster, ping-pong (one warp group's epilogue
                             // runs under the other's MMAs), FP8 fast accumulation
-  kPingpongFastAccum2x2 = 11,  // EXPERIMENT: the same in 2x2 clusters
-  kLastConfig = kPingpongFastAccum2x2,
+  kLastConfig = kPingpongFastAccum,
 };
 
 const char* gemm_config_name(GemmConfig config);

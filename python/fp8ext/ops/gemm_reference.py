@@ -15,7 +15,7 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # take E4M3 operands and any output dtype.
 CONFIGS = {"auto": 0, "large": 1, "medium": 2, "swap_small": 3, "swap_medium": 4,
            "wide_fast_accum": 5, "large_n192": 6, "large_cluster_n": 7, "gemv": 8, "split_k": 9,
-           "pingpong_fast_accum": 10, "pingpong_2x2_fast_accum": 11}
+           "pingpong_fast_accum": 10}
 MAX_CONFIG = max(CONFIGS.values())
 
 
