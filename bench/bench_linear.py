@@ -11,7 +11,7 @@ accumulation by default; fp8ext rows run with and without it
 (``Recipe(fast_accum=...)``), and each fp8ext row's ratio is against the faster
 torchao variant.
 
-    python bench/bench_linear.py --out DIR
+    python bench/bench_linear.py --out DIR [--ms 1024 4096] [--no-breakdown]
 
 torchao is optional: bring its wheel like the CUTLASS one (.whl/, carried) and
 `pip install --no-deps`; its rows are skipped (with the reason) when it is missing.
@@ -84,15 +84,15 @@ def variants():
     return out
 
 
-def breakdown():
-    """Where an fp8ext layer's time goes: its activation quantization and its GEMM
-    timed apart (graph-timed, weights rotated), with cuBLAS's scaled_mm on the
-    same operands as the GEMM's anchor."""
+def breakdown(ms: list):
+    """Where an fp8ext layer's time goes at each M in ms: its activation quantization
+    and its GEMM timed apart (graph-timed, weights rotated), with cuBLAS's scaled_mm
+    on the same operands as the GEMM's anchor."""
     rows = []
     for label, recipe in (("per-tensor", fp8ext.CurrentScaling()), ("row-wise", fp8ext.RowWise())):
         lins = [[fp8ext.nn.FP8Linear.from_linear(nn.Linear(k, n, bias=False).to("cuda", torch.bfloat16), recipe)
                  for _ in range(COPIES)] for _, k, n in LAYER]
-        for m in M_ALL:
+        for m in ms:
             for (name, k, n), copies in zip(LAYER, lins):
                 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
                 q, s = fp8ext.quantize(x, recipe, "activation", pad_k_to=16)
@@ -132,6 +132,8 @@ def time_stacks(built: dict, xs: list) -> tuple:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--ms", type=int, nargs="+", default=M_ALL, help="only these M (default: the suite's)")
+    ap.add_argument("--no-breakdown", action="store_true", help="skip the per-layer quantize/GEMM breakdown")
     args = ap.parse_args()
     torch.manual_seed(0)
     base = [Stack().to("cuda", torch.bfloat16) for _ in range(COPIES)]
@@ -142,7 +144,7 @@ def main():
             print(name, make)
         else:
             built[name] = [make(copy.deepcopy(s)) for s in base]
-    for m in M_ALL:
+    for m in args.ms:
         xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _, k, _ in LAYER]
         ref = [torch.nn.functional.linear(x, lin.weight) for x, lin in zip(xs, base[0].linears)]
         errors = {}
@@ -171,7 +173,8 @@ def main():
         torch.cuda.empty_cache()
     del built
     torch.cuda.empty_cache()
-    rows += breakdown()
+    if not args.no_breakdown:
+        rows += breakdown(args.ms)
     path = write_results(args.out, "linear_stack", rows)
     print(f"wrote {path}")
     print_table([r for r in rows if "M" in r and r["op"] == "linear_stack"],
