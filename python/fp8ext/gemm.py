@@ -18,8 +18,9 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     N >= 6144): the precision class of
     ``torch._scaled_mm``'s default (on the H200 the error against a float64
     reference is within 0.5% of cuBLAS's). ``use_fast_accum=True`` allows FP8
-    fast accumulation with bf16 output: no promotion at all, and a 128x256-tile
-    kernel at large M, like ``torch._scaled_mm(use_fast_accum=True)`` and
+    fast accumulation with bf16 output: no promotion at all, and at M > 128 a
+    ping-pong 128x128-tile kernel (K < 8192) or a 128x256-tile one (longer K),
+    like ``torch._scaled_mm(use_fast_accum=True)`` and
     Transformer Engine's forward GEMMs, at a larger error that grows with K
     (equal to cuBLAS's in that mode). At M = 1 (E4M3
     operands) ``"auto"`` runs a CUDA-core GEMV that sums in fp32 without the
