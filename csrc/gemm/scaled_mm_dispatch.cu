@@ -15,10 +15,10 @@
 //   M <= 64      kSwapMedium  swap-AB, 64 x 64 x 128 tiles
 //                             64x6144x4096: 11.4 (swap_small 18.4, medium 14.7)
 //   M <= 128     kSwapMedium  when its tiles (N/64 x M/64) fit in one wave on the SMs, else kMedium
-//                             (bf16; fp16 stays on kSwapMedium, see one_tile_row_config)
 //                             (then 64 x 128 tiles, ping-pong): 128x4096x4096 12.5 vs 15.7,
 //                             128x4096x14336 27.3 vs 39.0; 128x6144x4096 17.5 vs 15.0,
-//                             128x8192x8192 33.2 vs 27.7
+//                             128x8192x8192 33.2 vs 27.7 (kMedium is bf16 only now: fp16
+//                             stays on kSwapMedium, see one_tile_row_config)
 //                kLargeClusterN for N >= 8192 (bf16): 128 x 128 tiles in 1x2 clusters (run
 //                             c1d075d: 128x28672x4096 36.4 vs medium 45.0, cuBLAS 35.5;
 //                             128x8192x8192 26.6 vs 27.0; 128x6144x4096 14.2 vs 13.6)

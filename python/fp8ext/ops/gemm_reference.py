@@ -10,9 +10,9 @@ from fp8ext.ops.reference import GROUP
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # Tile configurations of the CUDA kernels (GemmConfig in csrc/include/fp8ext/scaled_mm.h);
-# wide_fast_accum, large_n192, large_cluster_n and pingpong_fast_accum are bf16-output only; gemv (CUDA
-# cores, for decode-sized M) and split_k (slices of K in one launch, then a sum)
-# take E4M3 operands and any output dtype.
+# medium, wide_fast_accum, large_n192, large_cluster_n and pingpong_fast_accum are
+# bf16-output only; gemv (CUDA cores, for decode-sized M) and split_k (slices of K
+# in one launch, then a sum) take E4M3 operands and any output dtype.
 CONFIGS = {"auto": 0, "large": 1, "medium": 2, "swap_small": 3, "swap_medium": 4,
            "wide_fast_accum": 5, "large_n192": 6, "large_cluster_n": 7, "gemv": 8, "split_k": 9,
            "pingpong_fast_accum": 10}
