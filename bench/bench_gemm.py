@@ -109,8 +109,9 @@ def configs_to_time(m):
     if m <= 128:
         return ("swap_small", "swap_medium", "medium", "large", "large_cluster_n", "large_n192", "wide_fast_accum")
     if m < 1024:
-        return ("swap_medium", "medium", "large", "large_cluster_n", "large_n192", "wide_fast_accum")
-    return ("large", "large_cluster_n", "large_n192", "wide_fast_accum")
+        return ("swap_medium", "medium", "large", "large_cluster_n", "large_n192", "wide_fast_accum",
+                "pingpong_fast_accum")
+    return ("large", "large_cluster_n", "large_n192", "wide_fast_accum", "pingpong_fast_accum")
 
 
 def accuracy_rows():

@@ -31,8 +31,10 @@
 //                kWideFastAccum with allow_fast_accum (bf16): 128 x 256 tiles, no promotion
 //                             (4096x6144x4096: 156 us = 1323 TFLOP/s), unless the last wave
 //                             would be > 10% idle (see large_m_config)
-//                kPingpongFastAccum with allow_fast_accum (bf16) at K < 8192 (session 27):
-//                             128 x 128 tiles, ping-pong, 2-6% faster there (pingpong_fast_wins)
+//                kPingpongFastAccum with allow_fast_accum (bf16; session 27): 128 x 128 tiles,
+//                             ping-pong, at K < 8192 unless the raster re-reads an operand past L2
+//                             (2-6% faster there: pingpong_fast_wins), and where 128 x 256 tiles
+//                             would idle a wave
 //
 //   M == 1       kGemv        CUDA cores, a warp per 2 rows of B (scaled_gemv.cu). Alone it beats
 //                             kSwapSmall on every 8B decode layer (run 7740452,
@@ -51,7 +53,7 @@
 // bench_linear's M = 16 stack from 83.2 to 80.7 us (weight_prefetch.h).
 //
 // The times above predate sessions 21 and 22. Every kernel but kLargeN192 and
-// kWideFastAccum now promotes its partial sums to fp32 one K tile behind
+// the fast-only kWideFastAccum and kPingpongFastAccum now promotes its partial sums to fp32 one K tile behind
 // (sm90_deferred_promotion.cuh), so the tensor cores never drain for it; in
 // session 22's first run (scripts/device/ab_deferred.py, then as separate
 // configurations) that was faster than promoting every 256 of K on 29 of 30
@@ -247,15 +249,19 @@ bool pingpong_fast_wins(const ScaledMmProblem& p) {
 
 // M > 128. Promoted: 128x192 tiles for M >= 4096 and N >= 6144 (3-9% faster
 // than 128x128 there, slower at N = 4096 and M = 1024), else 128x128. With fast
-// accumulation allowed, 128x256 tiles (~10% faster per tile) unless they leave
-// more than a tenth of the last wave idle (1024x6144: 192 tiles on 132 SMs,
-// 50.4 us against 128x128's 44.3).
+// accumulation allowed (bf16): ping-pong 128x128 tiles where pingpong_fast_wins,
+// else 128x256 tiles (~10% faster per tile than cooperative 128x128) unless they
+// leave more than a tenth of the last wave idle (1024x6144: 192 tiles on 132
+// SMs, 50.4 us against 128x128's 44.3), else ping-pong 128x128 again. That last
+// choice was measured against the cooperative 128x128 kernel only (1024x10240x8192,
+// above); it also takes rows where kLargeN192 ran before (M >= 4096, N >= 6144
+// with idle 128x256 waves, K >= 8192) and long-K rows past L2 with few tiles.
 GemmConfig large_m_config(const ScaledMmProblem& p) {
   if (p.allow_fast_accum && has_config(p, GemmConfig::kPingpongFastAccum)) {
     const int setting = fast_pingpong_setting();
     if (setting == 1 || (setting < 0 && pingpong_fast_wins(p))) return GemmConfig::kPingpongFastAccum;
     if (wave_efficiency(tiles(p, 128, 256)) >= 0.9) return GemmConfig::kWideFastAccum;
-    if (setting < 0) return GemmConfig::kPingpongFastAccum;  // rather than kLarge's 128x128 cooperative tiles
+    if (setting < 0) return GemmConfig::kPingpongFastAccum;
   }
   if (p.m >= 4096 && p.n >= 6144 && has_config(p, GemmConfig::kLargeN192)) return GemmConfig::kLargeN192;
   return GemmConfig::kLarge;
@@ -264,8 +270,10 @@ GemmConfig large_m_config(const ScaledMmProblem& p) {
 // 64 < M <= 128: swap-AB 64x64 while its tiles fit in one wave; else 128x128
 // tiles in 1x2 clusters for N >= 8192, else 64x96 in 2x1 clusters (both bf16).
 // fp16 has neither (issue 4's budget of 16 went to the fast ping-pong kernel):
-// 64x64 swap tiles over two waves, 15-20% slower than 64x96 in the bf16 table
-// above (128x6144x4096 17.5 vs 15.0 us). fp32 keeps kLarge there (not measured).
+// 64x64 swap tiles over several waves (two at N = 6144, seven at N = 28672),
+// 15-20% slower than kMedium's tiles of then (64x128) in the table above
+// (128x6144x4096 17.5 vs 15.0 us, 128x8192x8192 33.2 vs 27.7); wider N not
+// measured. fp32 keeps kLarge there (not measured either).
 GemmConfig one_tile_row_config(const ScaledMmProblem& p) {
   if (tiles(p, 64, 64) <= sm_count()) return GemmConfig::kSwapMedium;
   if (p.n >= 8192 && has_config(p, GemmConfig::kLargeClusterN)) return GemmConfig::kLargeClusterN;

@@ -280,7 +280,7 @@ FP8EXT_TEST(auto_config_buckets) {
   setenv("FP8EXT_GEMM_FAST_PINGPONG", "1", 1);  // (always)
   EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kPingpongFastAccum));
   unsetenv("FP8EXT_GEMM_FAST_PINGPONG");
-  p.n = 6144;  // 192 wide tiles: a wave 45% idle, so ping-pong 128x128 tiles
+  p.n = 6144;  // 192 wide tiles: the second wave 55% idle, so ping-pong 128x128 tiles
   EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kPingpongFastAccum));
   setenv("FP8EXT_GEMM_FAST_PINGPONG", "0", 1);  // (the cooperative 128x128 kernel without it)
   EXPECT_EQ(int(config_for(1024)), int(GemmConfig::kLarge));

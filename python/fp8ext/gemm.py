@@ -19,7 +19,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     ``torch._scaled_mm``'s default (on the H200 the error against a float64
     reference is within 0.5% of cuBLAS's). ``use_fast_accum=True`` allows FP8
     fast accumulation with bf16 output: no promotion at all, and at M > 128 a
-    ping-pong 128x128-tile kernel (K < 8192) or a 128x256-tile one (longer K),
+    ping-pong 128x128-tile kernel (mostly at K < 8192) or a cooperative
+    128x256-tile one (mostly longer K; the rule is in scaled_mm_dispatch.cu),
     like ``torch._scaled_mm(use_fast_accum=True)`` and
     Transformer Engine's forward GEMMs, at a larger error that grows with K
     (equal to cuBLAS's in that mode). At M = 1 (E4M3
