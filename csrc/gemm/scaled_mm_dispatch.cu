@@ -81,6 +81,7 @@
 #include "fp8ext/cuda_launch.h"
 #include "gemm_shape_checks.h"
 #include "fp8ext/scaled_mm.h"
+#include "raster_past_l2.h"
 #include "scaled_gemv.h"
 #include "scaled_mm_kernels.h"
 #include "split_k_reduce.h"
@@ -242,9 +243,7 @@ double wave_efficiency(int64_t tiles) {
 // Where the 128x256 tiles would leave a wave idle (kLarge's 128x128 cooperative tiles
 // ran instead) it won at K = 8192 too: 1024x10240x8192 144.1 -> 137.3 / 143.7 -> 134.7.
 bool pingpong_fast_wins(const ScaledMmProblem& p) {
-  constexpr int64_t kL2Bytes = int64_t{50} << 20;
-  const int64_t swept = ceil_div(p.n, int64_t{128}) > ceil_div(p.m, int64_t{128}) ? p.m : p.n;
-  return p.k < 8192 && swept * p.k <= kL2Bytes;
+  return p.k < 8192 && !gemm::raster_sweeps_past_l2(p.m, p.n, p.k, 128, 128);
 }
 
 // M > 128. Promoted: 128x192 tiles for M >= 4096 and N >= 6144 (3-9% faster

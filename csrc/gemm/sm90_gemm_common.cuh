@@ -27,6 +27,7 @@
 
 #include "fp8ext/cuda_launch.h"
 #include "fp8ext/types.h"
+#include "raster_past_l2.h"
 
 namespace fp8ext::cuda::gemm::detail {
 
@@ -110,16 +111,10 @@ int swizzle_without_idle_tiles(int m, int n, int wanted) {
   return 1;
 }
 
-// Whether the operand that CUTLASS's heuristic raster order walks over is
-// larger than L2 (Hopper: 50 MB). The scheduler walks along M when there are
-// more tiles of N than of M, so each column of tiles reads all of A ([M, K],
-// FP8), else each row of tiles reads all of B: past L2, that operand comes from
-// DRAM again for every column (or row) unless the tiles go in swizzled groups.
+// raster_past_l2.h's test for Tile's M x N shape.
 template <class Tile>
 bool raster_sweeps_past_l2(int64_t m, int64_t n, int64_t k) {
-  constexpr int64_t kL2Bytes = int64_t{50} << 20;
-  const auto [tiles_m, tiles_n] = tile_counts<Tile>(m, n);
-  return (tiles_n > tiles_m ? m : n) * k > kL2Bytes;
+  return gemm::raster_sweeps_past_l2(m, n, k, cute::size<0>(Tile{}), cute::size<1>(Tile{}));
 }
 
 // Checks, initializes and launches a CUTLASS device GEMM (with PDL when on).

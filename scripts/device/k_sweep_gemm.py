@@ -22,8 +22,8 @@ import torch
 import fp8ext
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from benchlib import (apply_env, capture_graph, env_setting, relative_error, time_interleaved_ms,  # noqa: E402
-                      write_record)
+from benchlib import (apply_env, capture_graph, env_setting, gemm_scales, relative_error,  # noqa: E402
+                      time_interleaved_ms, write_record)
 
 F8 = torch.float8_e4m3fn
 CALLS = 20  # per graph
@@ -73,9 +73,9 @@ def main():
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.manual_seed(0)
-    sa, sb = torch.tensor(0.05, device="cuda"), torch.tensor(0.03, device="cuda")
     rows, fits = [], []
     for m, n in zip(args.mn[::2], args.mn[1::2]):
+        sa, sb = gemm_scales(m, n, row_wise=False)
         per_variant = {}
         for k in args.ks:
             a = (torch.randn(m, k, device="cuda") * 2).to(F8)

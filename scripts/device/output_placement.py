@@ -18,7 +18,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from benchlib import capture_graph, time_interleaved_ms, write_record  # noqa: E402
+from benchlib import capture_graph, gemm_scales, time_interleaved_ms, write_record  # noqa: E402
 
 F8 = torch.float8_e4m3fn
 CALLS = 20  # per graph
@@ -37,9 +37,9 @@ def main():
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.manual_seed(0)
-    sa, sb = torch.tensor(0.05, device="cuda"), torch.tensor(0.03, device="cuda")
     results = []
     for m, n, k in zip(args.mnk[::3], args.mnk[1::3], args.mnk[2::3]):
+        sa, sb = gemm_scales(m, n, row_wise=False)
         a = (torch.randn(m, k, device="cuda") * 2).to(F8)
         b = (torch.randn(n, k, device="cuda") * 2).to(F8)
         own = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(args.copies)]

@@ -1,6 +1,7 @@
-"""Runs fp8ext.scaled_mm and cuBLAS (torch._scaled_mm) on large shapes
-(per-tensor scales, or row-wise with --row-wise), for `ncu` to profile side by side (bench_gemm's operands; the kernels
-under ncu are ours, cutlass::device_kernel, and cuBLASLt's nvjet):
+"""Runs fp8ext.scaled_mm and cuBLAS (torch._scaled_mm) on large shapes (per-tensor
+scales, or row-wise with --row-wise), for `ncu` to profile side by side
+(bench_gemm's operands; the kernels under ncu are ours, cutlass::device_kernel,
+and cuBLASLt's nvjet):
 
     ncu -k regex:"device_kernel|nvjet" --launch-skip 2 ... python3 scripts/device/profile_gemm.py --shapes 16384x4096x4096
 
