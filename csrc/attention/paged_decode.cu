@@ -29,6 +29,7 @@
 #include "../quant/quant_common.cuh"
 #include "cp_async.cuh"
 #include "decode_step.cuh"
+#include "decode_timeline.cuh"
 #include "fp8ext/cuda_launch.h"
 #include "fp8ext/paged_kv_cuda.h"
 
@@ -109,7 +110,9 @@ constexpr int decode_min_blocks(CacheDType c, int d) {
 // Fragment layouts: decode_step.cuh.
 template <typename Q, CacheDType C, int D, bool kPipelined>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kernel(DecodeArgs a) {
+  FP8EXT_TIMELINE(const uint64_t t_entry = decode_timeline::now();)
   begin_dependent_kernel();
+  FP8EXT_TIMELINE(const uint64_t t_released = decode_timeline::now(); uint64_t t_first = 0, t_loop = 0;)
   using Sh = StepShape<C, D>;
   using M = typename Sh::M;
   constexpr int kE = Sh::kE, kStep = Sh::kStep, kNTiles = Sh::kNTiles, kKSteps = Sh::kKSteps;
@@ -269,6 +272,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
       const int page = load_page(ahead);  // in flight through this step's compute
       cp_async_wait<kStages - 1>();  // this step's group has landed
       __syncwarp();
+      FP8EXT_TIMELINE(if (t_first == 0) t_first = decode_timeline::now();)
       const uint4* sk = mine + read * 2 * kStagePieces;
       const uint4* sv = sk + kStagePieces;
       typename Sh::KFrags kw;
@@ -296,6 +300,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
     __syncthreads();     // o_s spans the other warps' stages
   }
 
+  FP8EXT_TIMELINE(t_loop = decode_timeline::now();)
   // Merge the warps: each leaves (max, sum) per head and its unnormalized O.
   l_run += __shfl_xor_sync(0xFFFFFFFFu, l_run, 1);
   l_run += __shfl_xor_sync(0xFFFFFFFFu, l_run, 2);
@@ -336,6 +341,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
       if (d == 0) a.part_lse[head * a.num_splits + split] = bad_block ? NAN : (den != 0.0f ? mx + log2f(den) : -INFINITY);
     }
   }
+  FP8EXT_TIMELINE(if (tid == 0) decode_timeline::record_decode(t_entry, t_released, t_first, t_loop);)
 }
 
 // out = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse_s - max lse): one block per
@@ -355,7 +361,9 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(DecodeArgs a) {
   __shared__ float4 sum_s[kLanes][kCols];
   __shared__ float den_s[kLanes];
   __shared__ float red[32];
+  FP8EXT_TIMELINE(const uint64_t t_entry = decode_timeline::now();)
   begin_dependent_kernel();
+  FP8EXT_TIMELINE(const uint64_t t_released = decode_timeline::now();)
   const int64_t head = blockIdx.x;
   const int tid = threadIdx.x, n = a.num_splits, col = tid % kCols, lane = tid / kCols;
   const float* lse = a.part_lse + head * n;
@@ -400,6 +408,7 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(DecodeArgs a) {
     const float o = nan ? NAN : (total > 0.0f ? num / total : 0.0f);
     static_cast<Q*>(a.out)[head * D + d] = from_float<Q>(o);
   }
+  FP8EXT_TIMELINE(if (tid == 0) decode_timeline::record_merge(t_entry, t_released);)
 }
 
 // FP8 caches at head_dim 128 take the pipelined kernel (H200, 2026-11-30:
