@@ -107,10 +107,40 @@ constexpr int decode_min_blocks(CacheDType c, int d) {
   return d * ((c == CacheDType::kE4M3 || c == CacheDType::kE5M2) ? 1 : 2) <= 128 ? 3 : 1;
 }
 
+// Where element d of head h's row of a warp's O lies in o_s. A thread stores
+// elements g D/8 + 2i (+1) of heads 2c and 2c + 1 (the mma's layout), so with
+// rows of D floats the 32 lanes of one store met in 2 banks (1, at D = 256):
+// 16-way conflicts that took ~2 us per block at two blocks per SM, a tenth of
+// the 1 x 32768 row (scripts/device/decode_timeline.cu, bench/NOTES.md
+// session 28). XOR-ing bits 0-4 of d with c and with bits 5-7 of d gives the
+// lanes 32 banks; the merge reads 32 consecutive d of one head, which the XOR
+// only permutes, so it stays conflict-free.
+__device__ __forceinline__ int o_col(int h, int d) {
+  return d ^ ((((d >> 7) & 1) << 4) | (((d >> 5) & 3) << 2) | ((h >> 1) & 3));
+}
+
+// Before the PDL wait (the kernel before may still be running): asks L2 for the
+// sequence's length and for the block-table entries this split reads when the
+// sequence fills its table (its share of the pages, which the token split
+// matches to a page), so that the two dependent loads that start the block's
+// stream hit L2 (a prefetch cannot see stale data: every write lands in L2).
+// Each thread takes one 128-byte line of the range.
+__device__ __forceinline__ void prefetch_decode_metadata(const DecodeArgs& a) {
+  if (threadIdx.x == 0) prefetch_l2(a.seq_lens + blockIdx.z);
+  const int pages = static_cast<int>(a.max_pages);
+  const int per_split = (pages + a.num_splits - 1) / a.num_splits;
+  const int entry = static_cast<int>(blockIdx.x) * per_split + 32 * static_cast<int>(threadIdx.x);
+  if (entry < min(pages, static_cast<int>(blockIdx.x + 1) * per_split))
+    prefetch_l2(a.block_table + blockIdx.z * a.max_pages + entry);
+}
+
 // Fragment layouts: decode_step.cuh.
 template <typename Q, CacheDType C, int D, bool kPipelined>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kernel(DecodeArgs a) {
   FP8EXT_TIMELINE(const uint64_t t_entry = decode_timeline::now();)
+  // Not in the register kernels: two more registers cost the 16-bit caches at
+  // head_dim 128 their third block per SM (168 -> 170).
+  if constexpr (kPipelined) prefetch_decode_metadata(a);
   begin_dependent_kernel();
   FP8EXT_TIMELINE(const uint64_t t_released = decode_timeline::now(); uint64_t t_first = 0, t_loop = 0;)
   using Sh = StepShape<C, D>;
@@ -311,10 +341,10 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
 #pragma unroll
   for (int i = 0; i < kMTiles; ++i) {
     const int d = g * (D / 8) + 2 * i;
-    o_s[warp][2 * c][d] = acc[i][0];
-    o_s[warp][2 * c + 1][d] = acc[i][1];
-    o_s[warp][2 * c][d + 1] = acc[i][2];
-    o_s[warp][2 * c + 1][d + 1] = acc[i][3];
+    o_s[warp][2 * c][o_col(2 * c, d)] = acc[i][0];
+    o_s[warp][2 * c + 1][o_col(2 * c + 1, d)] = acc[i][1];
+    o_s[warp][2 * c][o_col(2 * c, d + 1)] = acc[i][2];
+    o_s[warp][2 * c + 1][o_col(2 * c + 1, d + 1)] = acc[i][3];
   }
   // A bad page id anywhere in the block, or a bad length, makes its output NaN.
   const bool bad_block = __syncthreads_or(bad || bad_len);
@@ -329,7 +359,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
     for (int w = 0; w < kWarps; ++w) {
       // A warp with no tokens has max -inf, sum 0 and O 0; a NaN sum or O stays NaN.
       const float f = m_s[w][h] == -INFINITY ? 0.0f : exp2f(m_s[w][h] - mx);
-      num = fmaf(f, o_s[w][h][d], num);
+      num = fmaf(f, o_s[w][h][o_col(h, d)], num);
       den = fmaf(f, l_s[w][h], den);
     }
     const float o = bad_block ? NAN : (den != 0.0f ? num / den * vs : 0.0f);  // den is NaN after a NaN score

@@ -22,7 +22,11 @@
 #include <string>
 #include <vector>
 
-#include "../../csrc/attention/paged_decode.cu"
+// -DDECODE_SOURCE='"path"' times another version of the kernels (relative to this file).
+#ifndef DECODE_SOURCE
+#define DECODE_SOURCE "../../csrc/attention/paged_decode.cu"
+#endif
+#include DECODE_SOURCE
 
 #ifdef FP8EXT_DECODE_TIMELINE
 namespace tl = fp8ext::cuda::decode_timeline;
