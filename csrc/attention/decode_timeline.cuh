@@ -16,7 +16,7 @@ namespace fp8ext::cuda::decode_timeline {
 
 constexpr int kRing = 4;
 constexpr int kMaxBlocks = 4096;
-enum DecodeStamp { kEntry, kReleased, kFirstData, kLoopDone, kExit, kDecodeSm, kDecodeStamps };
+enum DecodeStamp { kEntry, kReleased, kFirstData, kLoopDone, kWarpsMerged, kExit, kDecodeSm, kDecodeStamps };
 enum MergeStamp { kMergeEntry, kMergeReleased, kMergeExit, kMergeSm, kMergeStamps };
 
 __device__ uint64_t decode_stamps[kRing][kMaxBlocks][kDecodeStamps];
@@ -41,12 +41,14 @@ __device__ __forceinline__ int block_index() {
 }
 
 // Thread 0 of a decode block, last thing before it exits.
-__device__ __forceinline__ void record_decode(uint64_t entry, uint64_t released, uint64_t first, uint64_t loop) {
+__device__ __forceinline__ void record_decode(uint64_t entry, uint64_t released, uint64_t first, uint64_t loop,
+                                              uint64_t merged) {
   const uint64_t exit = now();
   const int b = block_index();
   if (b >= kMaxBlocks) return;
   uint64_t* s = decode_stamps[*const_cast<volatile unsigned*>(&merges_done) % kRing][b];
-  s[kEntry] = entry, s[kReleased] = released, s[kFirstData] = first, s[kLoopDone] = loop, s[kExit] = exit;
+  s[kEntry] = entry, s[kReleased] = released, s[kFirstData] = first, s[kLoopDone] = loop, s[kWarpsMerged] = merged,
+  s[kExit] = exit;
   s[kDecodeSm] = sm_id();
 }
 

@@ -149,11 +149,12 @@ int main(int argc, char** argv) {
       for (int b = 0; b < blocks; ++b) c[b] = (double(table[b][stamp]) - double(t0)) / 1e3;
       return c;
     };
-    const char* names[] = {"decode entry", "decode released", "decode first stage", "decode loop done", "decode exit",
+    const char* names[] = {"decode entry", "decode released", "decode first stage", "decode loop done", "decode warps merged", "decode exit",
                            "merge entry", "merge released", "merge exit", "next decode released"};
     std::vector<std::vector<double>> cols = {column(d, decode_blocks, tl::kEntry), column(d, decode_blocks, tl::kReleased),
                                              column(d, decode_blocks, tl::kFirstData),
-                                             column(d, decode_blocks, tl::kLoopDone), column(d, decode_blocks, tl::kExit),
+                                             column(d, decode_blocks, tl::kLoopDone), column(d, decode_blocks, tl::kWarpsMerged),
+                                             column(d, decode_blocks, tl::kExit),
                                              column(m, merge_blocks, tl::kMergeEntry),
                                              column(m, merge_blocks, tl::kMergeReleased),
                                              column(m, merge_blocks, tl::kMergeExit)};
