@@ -43,6 +43,18 @@ namespace tl = fp8ext::cuda::decode_timeline;
 
 constexpr int kQHeads = 32, kKvHeads = 8, kDim = 128, kCalls = 20, kReplays = 10;
 
+// Pseudo-random bytes, E4M3 codes with an exponent field of at most 14 (never
+// NaN) or, with bf16, values in +-[1, 2): outputs that depend on every step of
+// the kernel, so that builds of two versions can be checked bit for bit.
+__global__ void fill(uint8_t* p, size_t n, uint32_t seed, bool bf16) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    if (bf16 && i % 2 == 1) p[i] = static_cast<uint8_t>(0x3F | (h & 0x80));  // the high byte of a bf16
+    else p[i] = static_cast<uint8_t>(bf16 ? (h | 0x80) : (h & 0x77) | (h & 0x80));
+  }
+}
+
 double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v[static_cast<size_t>(q * (v.size() - 1) + 0.5)];
@@ -56,7 +68,7 @@ int main(int argc, char** argv) {
   const int64_t batch = std::atoll(argv[1]), context = std::atoll(argv[2]);
   const int splits = std::atoi(argv[3]);
   const int64_t page = argc > 4 ? std::atoll(argv[4]) : 16;
-  const char* out_path = argc > 5 ? argv[5] : nullptr;
+  [[maybe_unused]] const char* out_path = argc > 5 ? argv[5] : nullptr;
   const int64_t pages_per_seq = context / page, num_pages = batch * pages_per_seq;
   const size_t pool_bytes = static_cast<size_t>(num_pages * page * kKvHeads * kDim);
 
@@ -65,10 +77,11 @@ int main(int argc, char** argv) {
   float* scale;
   CHECK(cudaMalloc(&k, pool_bytes));
   CHECK(cudaMalloc(&v, pool_bytes));
-  CHECK(cudaMemset(k, 0x38, pool_bytes));  // E4M3 1.0: the values do not change the timing
-  CHECK(cudaMemset(v, 0x30, pool_bytes));
   CHECK(cudaMalloc(&q, batch * kQHeads * kDim * 2));
-  CHECK(cudaMemset(q, 0, batch * kQHeads * kDim * 2));
+  fill<<<1024, 256>>>(static_cast<uint8_t*>(k), pool_bytes, 1, false);
+  fill<<<1024, 256>>>(static_cast<uint8_t*>(v), pool_bytes, 2, false);
+  fill<<<1024, 256>>>(static_cast<uint8_t*>(q), batch * kQHeads * kDim * 2, 3, true);
+  CHECK(cudaGetLastError());
   CHECK(cudaMalloc(&out, batch * kQHeads * kDim * 2));
   std::vector<int32_t> host_table(num_pages);
   std::iota(host_table.begin(), host_table.end(), 0);
@@ -111,12 +124,17 @@ int main(int argc, char** argv) {
   float ms = 0;
   CHECK(cudaEventElapsedTime(&ms, start, stop));
   const double us_per_call = 1e3 * ms / (kReplays * kCalls);
+  // FNV-1a of the output's bytes: equal across versions that compute the same thing.
+  std::vector<uint8_t> host_out(batch * kQHeads * kDim * 2);
+  CHECK(cudaMemcpy(host_out.data(), out, host_out.size(), cudaMemcpyDeviceToHost));
+  uint64_t hash = 1469598103934665603ull;
+  for (uint8_t byte : host_out) hash = (hash ^ byte) * 1099511628211ull;
 
   const uint64_t kv_bytes = 2 * pool_bytes;
 #ifndef FP8EXT_DECODE_TIMELINE  // the same kernels without the stamps: what they cost
-  (void)out_path;
-  std::printf("batch %lld context %lld splits %d page %lld: %.2f us a call without stamps, %.3f TB/s\n",
-              (long long)batch, (long long)context, splits, (long long)page, us_per_call, kv_bytes / us_per_call / 1e6);
+  std::printf("batch %lld context %lld splits %d page %lld: %.2f us a call without stamps, %.3f TB/s, output %016llx\n",
+              (long long)batch, (long long)context, splits, (long long)page, us_per_call, kv_bytes / us_per_call / 1e6,
+              (unsigned long long)hash);
   return 0;
 #else
   static uint64_t dec[tl::kRing][tl::kMaxBlocks][tl::kDecodeStamps];
