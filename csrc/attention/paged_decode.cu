@@ -109,12 +109,12 @@ constexpr int decode_min_blocks(CacheDType c, int d) {
 
 // Where element d of head h's row of a warp's O lies in o_s. A thread stores
 // elements g D/8 + 2i (+1) of heads 2c and 2c + 1 (the mma's layout), so with
-// rows of D floats the 32 lanes of one store met in 2 banks (1 at D = 256):
-// 16-way conflicts. XOR-ing bits 0-4 of d with c and with bits 5-7 of d gives
-// the lanes 32 banks; the merge reads 32 consecutive d of one head, which the
-// XOR only permutes, so it stays conflict-free. On the H200 that gained
-// 0.3-0.5% on the rows with several blocks per SM (bench/NOTES.md, session 28:
-// the epilogue's ~2 us per block are mostly its instruction chains).
+// rows of D floats the 32 lanes of one store met in 4, 2 or 1 banks at D = 64,
+// 128, 256 (8- to 32-way conflicts). XOR-ing bits 0-4 of d with c and with
+// bits 5-7 of d gives the lanes 32 banks; the merge reads 32 consecutive d of
+// one head, which the XOR only permutes, so it stays conflict-free. On the
+// H200 that gained 0.4-0.5% at 64 x 4096 and 256 x 1024 (bench/NOTES.md,
+// session 28: the epilogue's ~2 us per block are mostly instruction chains).
 __device__ __forceinline__ int o_col(int h, int d) {
   return d ^ ((((d >> 7) & 1) << 4) | (((d >> 5) & 3) << 2) | ((h >> 1) & 3));
 }
