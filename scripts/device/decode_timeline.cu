@@ -77,18 +77,19 @@ int main(int argc, char** argv) {
   }
   const int64_t pages_per_seq = context / page, num_pages = batch * pages_per_seq;
   const size_t pool_bytes = static_cast<size_t>(num_pages * page * kKvHeads * kDim);
+  const size_t q_bytes = static_cast<size_t>(batch * kQHeads * kDim * 2);  // q and out, bf16
 
   void *k, *v, *q, *out, *workspace = nullptr;
   int32_t *table, *lens;
   float* scale;
   CHECK(cudaMalloc(&k, pool_bytes));
   CHECK(cudaMalloc(&v, pool_bytes));
-  CHECK(cudaMalloc(&q, batch * kQHeads * kDim * 2));
+  CHECK(cudaMalloc(&q, q_bytes));
   fill<<<1024, 256>>>(static_cast<uint8_t*>(k), pool_bytes, 1, false);
   fill<<<1024, 256>>>(static_cast<uint8_t*>(v), pool_bytes, 2, false);
-  fill<<<1024, 256>>>(static_cast<uint8_t*>(q), batch * kQHeads * kDim * 2, 3, true);
+  fill<<<1024, 256>>>(static_cast<uint8_t*>(q), q_bytes, 3, true);
   CHECK(cudaGetLastError());
-  CHECK(cudaMalloc(&out, batch * kQHeads * kDim * 2));
+  CHECK(cudaMalloc(&out, q_bytes));
   std::vector<int32_t> host_table(num_pages);
   std::iota(host_table.begin(), host_table.end(), 0);
   std::shuffle(host_table.begin(), host_table.end(), std::mt19937(0));
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
   CHECK(cudaEventElapsedTime(&ms, start, stop));
   const double us_per_call = 1e3 * ms / (kReplays * kCalls);
   // FNV-1a of the output's bytes: equal across versions that compute the same thing.
-  std::vector<uint8_t> host_out(batch * kQHeads * kDim * 2);
+  std::vector<uint8_t> host_out(q_bytes);
   CHECK(cudaMemcpy(host_out.data(), out, host_out.size(), cudaMemcpyDeviceToHost));
   uint64_t hash = 1469598103934665603ull;
   for (uint8_t byte : host_out) hash = (hash ^ byte) * 1099511628211ull;
