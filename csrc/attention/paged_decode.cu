@@ -107,16 +107,18 @@ constexpr int decode_min_blocks(CacheDType c, int d) {
   return d * ((c == CacheDType::kE4M3 || c == CacheDType::kE5M2) ? 1 : 2) <= 128 ? 3 : 1;
 }
 
-// Where element d of head h's row of a warp's O lies in o_s. A thread stores
-// elements g D/8 + 2i (+1) of heads 2c and 2c + 1 (the mma's layout), so with
-// rows of D floats the 32 lanes of one store met in 4, 2 or 1 banks at D = 64,
-// 128, 256 (8- to 32-way conflicts). XOR-ing bits 0-4 of d with c and with
-// bits 5-7 of d gives the lanes 32 banks; the merge reads 32 consecutive d of
-// one head, which the XOR only permutes, so it stays conflict-free. On the
-// H200 that gained 0.4-0.5% at 64 x 4096 and 256 x 1024 (bench/NOTES.md,
-// session 28: the epilogue's ~2 us per block are mostly instruction chains).
-__device__ __forceinline__ int o_col(int h, int d) {
-  return d ^ ((((d >> 7) & 1) << 4) | (((d >> 5) & 3) << 2) | ((h >> 1) & 3));
+// Element d of head h's row of a warp's O lies at column d ^ o_swizzle(h, d)
+// of o_s. A thread stores elements g D/8 + 2i (+1) of heads 2c and 2c + 1 (the
+// mma's layout), so with rows of D floats the 32 lanes of one store met in 4,
+// 2 or 1 banks at D = 64, 128, 256. The mask XORs bits 0-4 of d with c
+// and with bits 5-7 of d, which gives the lanes 32 banks; it depends on d's
+// 32-column group only (constant over a thread's stores: one mask a thread),
+// and the merge reads 32 consecutive d of one head, which it only permutes.
+// On the H200 the swizzle gained 0.4-0.5% at 64 x 4096 and 256 x 1024, and
+// one mask a thread instead of one an element 0.1-1.6% more on 11 of the 12
+// decode rows (bench/NOTES.md, sessions 28 and 29).
+__device__ __forceinline__ int o_swizzle(int h, int d) {
+  return (((d >> 7) & 1) << 4) | (((d >> 5) & 3) << 2) | ((h >> 1) & 3);
 }
 
 // Fragment layouts: decode_step.cuh.
@@ -320,13 +322,14 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
     m_s[warp][g] = m_run;
     l_s[warp][g] = l_run;
   }
+  const int swizzle = o_swizzle(2 * c, g * (D / 8));  // the same for head 2c + 1 and every i
 #pragma unroll
   for (int i = 0; i < kMTiles; ++i) {
-    const int d = g * (D / 8) + 2 * i;
-    o_s[warp][2 * c][o_col(2 * c, d)] = acc[i][0];
-    o_s[warp][2 * c + 1][o_col(2 * c + 1, d)] = acc[i][1];
-    o_s[warp][2 * c][o_col(2 * c, d + 1)] = acc[i][2];
-    o_s[warp][2 * c + 1][o_col(2 * c + 1, d + 1)] = acc[i][3];
+    const int d = (g * (D / 8) + 2 * i) ^ swizzle;  // and d + 1 ^ swizzle is d ^ 1
+    o_s[warp][2 * c][d] = acc[i][0];
+    o_s[warp][2 * c + 1][d] = acc[i][1];
+    o_s[warp][2 * c][d ^ 1] = acc[i][2];
+    o_s[warp][2 * c + 1][d ^ 1] = acc[i][3];
   }
   // A bad page id anywhere in the block, or a bad length, makes its output NaN.
   const bool bad_block = __syncthreads_or(bad || bad_len);
@@ -342,7 +345,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
     for (int w = 0; w < kWarps; ++w) {
       // A warp with no tokens has max -inf, sum 0 and O 0; a NaN sum or O stays NaN.
       const float f = m_s[w][h] == -INFINITY ? 0.0f : exp2f(m_s[w][h] - mx);
-      num = fmaf(f, o_s[w][h][o_col(h, d)], num);
+      num = fmaf(f, o_s[w][h][d ^ o_swizzle(h, d)], num);
       den = fmaf(f, l_s[w][h], den);
     }
     const float o = bad_block ? NAN : (den != 0.0f ? num / den * vs : 0.0f);  // den is NaN after a NaN score
