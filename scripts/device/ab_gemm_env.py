@@ -98,6 +98,9 @@ def main():
             apply_env({}, named)
             if anchor is not None:
                 anchor_times.setdefault(name, []).append(graph_time_rotating_ms(anchor, ws) * 1e3)
+            # As it goes, so that a call cut short by its time limit still shows what ran.
+            print(f"round {rnd} {name}: " + "  ".join(f"{st} {times[(st, name)][-1]:.2f}" for st in order)
+                  + (f"  cuBLAS {anchor_times[name][-1]:.2f}" if anchor is not None else "") + " us", flush=True)
     out = []
     for name, nbytes, *_ in rows:
         cublas = statistics.median(anchor_times[name]) if name in anchor_times else None
