@@ -121,10 +121,30 @@ __device__ __forceinline__ int o_swizzle(int h, int d) {
   return (((d >> 7) & 1) << 4) | (((d >> 5) & 3) << 2) | ((h >> 1) & 3);
 }
 
+// Before the PDL wait (the kernel before may still be running): asks L2 for the
+// sequence's length and for the block-table entries this split reads when the
+// sequence fills its table (its share of the pages, which the token split
+// matches to a page), so that the two dependent loads that start the block's
+// stream hit L2 (a prefetch cannot see stale data: every write lands in L2).
+// Each thread takes one 128-byte line of the range. On the H200: 0.2-0.8%
+// faster at 1 x 4096, 1 x 32768 and 8 x 32768, no change on the other decode
+// rows (bench/NOTES.md, session 29).
+__device__ __forceinline__ void prefetch_decode_metadata(const DecodeArgs& a) {
+  if (threadIdx.x == 0) prefetch_l2(a.seq_lens + blockIdx.z);
+  const int pages = static_cast<int>(a.max_pages);
+  const int per_split = (pages + a.num_splits - 1) / a.num_splits;
+  const int entry = static_cast<int>(blockIdx.x) * per_split + 32 * static_cast<int>(threadIdx.x);
+  if (entry < min(pages, static_cast<int>(blockIdx.x + 1) * per_split))
+    prefetch_l2(a.block_table + blockIdx.z * a.max_pages + entry);
+}
+
 // Fragment layouts: decode_step.cuh.
 template <typename Q, CacheDType C, int D, bool kPipelined>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kernel(DecodeArgs a) {
   FP8EXT_TIMELINE(const uint64_t t_entry = decode_timeline::now();)
+  // Not in the register kernels: two more registers cost the 16-bit caches at
+  // head_dim 128 their third block per SM (168 -> 170).
+  if constexpr (kPipelined) prefetch_decode_metadata(a);
   begin_dependent_kernel();
   FP8EXT_TIMELINE(const uint64_t t_released = decode_timeline::now(); uint64_t t_first = 0, t_loop = 0;)
   using Sh = StepShape<C, D>;
