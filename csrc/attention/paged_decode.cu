@@ -153,7 +153,11 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
   constexpr int kGroups = Sh::kGroups, kKWords = Sh::kKWords, kVWords = Sh::kVWords, kMTiles = Sh::kMTiles;
 
   static_assert(!kPipelined || (kE == 1 && D == 128 && kStep == 32), "the pipeline is laid out for FP8, D = 128");
-  extern __shared__ uint4 stages[];  // pipelined: [warp][stage][K, V][piece]; then the warps' O for the merge
+  // Aligned so that the kernel's static shared arrays cannot move the stages
+  // off a 128-byte boundary. Today's base is 256 either way (same SASS); the
+  // epilogue-weights variant's 192 bytes more moved it to 448 and that kernel
+  // was 4-11% slower with the same loop code (bench/NOTES.md, session 29).
+  extern __shared__ __align__(128) uint4 stages[];  // pipelined: [warp][stage][K, V][piece]; then the warps' O
   __shared__ float o_static[kPipelined ? 1 : kWarps][kMaxHeads][D];
   static_assert(!kPipelined || sizeof(float) * kWarps * kMaxHeads * D <= kPipelineSmemBytes, "o_s must fit the stages");
   auto* o_s = kPipelined ? reinterpret_cast<float(*)[kMaxHeads][D]>(stages) : o_static;

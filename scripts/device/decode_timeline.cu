@@ -113,6 +113,12 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   CHECK(paged_decode_attention(p, workspace, stream));  // opts into the shared memory outside the capture
+  // Blocks per SM the pipelined kernel gets (plan_splits assumes three): a
+  // change to the kernel can lose one without a register or spill to show it.
+  int blocks_per_sm = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &blocks_per_sm, fp8ext::cuda::decode_kernel<__nv_bfloat16, fp8ext::cuda::CacheDType::kE4M3, kDim, true>, 128,
+      fp8ext::cuda::kPipelineSmemBytes));
   CHECK(cudaStreamSynchronize(stream));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
@@ -139,9 +145,10 @@ int main(int argc, char** argv) {
 
   const uint64_t kv_bytes = 2 * pool_bytes;
 #ifndef FP8EXT_DECODE_TIMELINE  // the same kernels without the stamps: what they cost
-  std::printf("batch %lld context %lld splits %d page %lld: %.2f us a call without stamps, %.3f TB/s, output %016llx\n",
+  std::printf("batch %lld context %lld splits %d page %lld: %.2f us a call without stamps, %.3f TB/s, output %016llx, "
+              "%d blocks per SM\n",
               (long long)batch, (long long)context, splits, (long long)page, us_per_call, kv_bytes / us_per_call / 1e6,
-              (unsigned long long)hash);
+              (unsigned long long)hash, blocks_per_sm);
   return 0;
 #else
   static uint64_t dec[tl::kRing][tl::kMaxBlocks][tl::kDecodeStamps];
@@ -153,9 +160,9 @@ int main(int argc, char** argv) {
   const int decode_blocks = static_cast<int>(splits * kKvHeads * batch);  // one head block per KV head (group 4)
   const int merge_blocks = static_cast<int>(batch * kQHeads);
   std::printf("batch %lld context %lld splits %d page %lld: %.2f us a call (graph of %d, %d replays), %.3f TB/s; "
-              "%d decode blocks, %d merge blocks, %u merges counted\n",
+              "%d decode blocks (%d per SM at most), %d merge blocks, %u merges counted\n",
               (long long)batch, (long long)context, splits, (long long)page, us_per_call, kCalls, kReplays,
-              kv_bytes / us_per_call / 1e6, decode_blocks, merge_blocks, merges);
+              kv_bytes / us_per_call / 1e6, decode_blocks, blocks_per_sm, merge_blocks, merges);
   if (splits < 2 || decode_blocks > tl::kMaxBlocks || merge_blocks > tl::kMaxBlocks || merges < tl::kRing) {
     std::printf("no timeline: it needs splits > 1 (a merge kernel) and at most %d blocks\n", tl::kMaxBlocks);
     return 0;
