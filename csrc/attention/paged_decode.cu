@@ -162,6 +162,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
   static_assert(!kPipelined || sizeof(float) * kWarps * kMaxHeads * D <= kPipelineSmemBytes, "o_s must fit the stages");
   auto* o_s = kPipelined ? reinterpret_cast<float(*)[kMaxHeads][D]>(stages) : o_static;
   __shared__ float m_s[kWarps][kMaxHeads], l_s[kWarps][kMaxHeads];
+  __shared__ float f_s[kWarps][kMaxHeads];              // each warp's weight 2^(m_w - max) per head
+  __shared__ float den_s[kMaxHeads], max_s[kMaxHeads];  // per head: sum of the weighted l_w, max of m_w
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
   const int split = blockIdx.x;
@@ -359,19 +361,28 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
   const bool bad_block = __syncthreads_or(bad || bad_len);
   FP8EXT_TIMELINE(const uint64_t t_merged = decode_timeline::now();)
 
-  for (int idx = tid; idx < nh * D; idx += kThreads) {
-    const int h = idx / D, d = idx % D;
+  if (tid < nh) {
     float mx = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_s[w][h]);
-    float num = 0.0f, den = 0.0f;
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_s[w][tid]);
+    float den = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      // A warp with no tokens has max -inf, sum 0 and O 0; a NaN sum or O stays NaN.
-      const float f = m_s[w][h] == -INFINITY ? 0.0f : exp2f(m_s[w][h] - mx);
-      num = fmaf(f, o_s[w][h][d ^ o_swizzle(h, d)], num);
-      den = fmaf(f, l_s[w][h], den);
+      const float f = m_s[w][tid] == -INFINITY ? 0.0f : exp2f(m_s[w][tid] - mx);
+      f_s[w][tid] = f;
+      den = fmaf(f, l_s[w][tid], den);
     }
+    den_s[tid] = den;
+    max_s[tid] = mx;
+  }
+  __syncthreads();
+
+  for (int idx = tid; idx < nh * D; idx += kThreads) {
+    const int h = idx / D, d = idx % D;
+    const float mx = max_s[h], den = den_s[h];
+    float num = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) num = fmaf(f_s[w][h], o_s[w][h][d ^ o_swizzle(h, d)], num);
     const float o = bad_block ? NAN : (den != 0.0f ? num / den * vs : 0.0f);  // den is NaN after a NaN score
     const int64_t head = b * a.q_heads + h0 + h;
     if (a.num_splits == 1) {

@@ -1,0 +1,197 @@
+// How fast can current scaling's amax pass read? (issue 3: the two passes are
+// ~0.1-0.6 us over the 2.4 TB/s target; session 8's ncu put the amax pass at
+// 64.6 us for 256 MiB, 4.15 TB/s, where bf16 SDPA reads 4.4-4.5 TB/s.)
+// Standalone (no torch): times the library's amax pass (its word loads and the
+// chunk loads it had before) against a flat read-only stream on the same
+// 16384 x 8192 bf16 buffer, then the whole per-tensor chain (zeroing, amax,
+// quantize) both ways, and the static kernel as a control. Session 30's first
+// run also timed TMA bulk-copy rings (1-3 blocks per SM, 8-16 KB tiles: 62.7-64.1
+// us) and `ld.global.L2::256B` (65.4 us) against 61.3-61.9 for flat loads and
+// 63.5 for the chunk loads (bench/NOTES.md, session 30). Every variant's amax is
+// checked against the library's. The rounds run interleaved, once on the
+// buffers as allocated and once after an unrelated 128 MiB allocation (session
+// 13 saw that flip torch processes into a slower state).
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+//        -DFP8EXT_WITH_SM90=1 -Icsrc/include -Icsrc scripts/device/quant_state/amax_ceiling.cu \
+//        csrc/quant/quantize_per_tensor_kept.cu csrc/quant/quantize_per_tensor_small.cu -o /tmp/amax_ceiling
+//   /tmp/amax_ceiling [ROUNDS]
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "../../../csrc/quant/quantize_per_tensor.cu"
+#include "diag_timing.cuh"
+
+namespace {
+
+using fp8ext::cuda::detail::atomic_max_nonneg;
+using fp8ext::cuda::detail::block_max;
+
+// Max of |x| over eight bf16 in a word, as the bits of a non-negative bf16
+// (NaN-free data: the integer order of |x|'s bits is the order of |x|).
+__device__ __forceinline__ uint32_t abs_bits_max(uint4 w, uint32_t m) {
+  m = __vmaxu2(m, w.x & 0x7fff7fffu);
+  m = __vmaxu2(m, w.y & 0x7fff7fffu);
+  m = __vmaxu2(m, w.z & 0x7fff7fffu);
+  return __vmaxu2(m, w.w & 0x7fff7fffu);
+}
+
+__device__ __forceinline__ float bits_to_amax(uint32_t m) {
+  const uint32_t hi = max(m >> 16, m & 0xffffu);
+  return __uint_as_float(hi << 16);
+}
+
+// Flat grid-stride over 16-byte words, U words a thread in flight; a warp's
+// load instruction reads 512 contiguous bytes.
+template <int U>
+__global__ void __launch_bounds__(256) flat_amax(const uint4* in, int64_t words, float* out) {
+  __shared__ float smem[32];
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  uint32_t m = 0;
+  for (int64_t base = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; base < words; base += stride * U) {
+    uint4 w[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) w[u] = base + u * stride < words ? __ldcs(in + base + u * stride) : uint4{};
+#pragma unroll
+    for (int u = 0; u < U; ++u) m = abs_bits_max(w[u], m);
+  }
+  const float a = block_max(bits_to_amax(m), smem);
+  if (threadIdx.x == 0) atomic_max_nonneg(out, a);
+}
+
+__global__ void fill_bf16(__nv_bfloat16* x, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15;
+    x[i] = __float2bfloat16((static_cast<int>(h % 20001) - 10000) * 1e-3f);
+  }
+}
+
+struct Variant {
+  std::string name;
+  std::function<void()> run;
+  float* amax;  // where it leaves its amax (nullptr: a chain or the control)
+  std::vector<float> us[2];
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace fp8ext;
+  namespace fc = fp8ext::cuda;
+  const int rounds = argc > 1 ? atoi(argv[1]) : 5;
+  const int64_t rows = 16384, cols = 8192, n = rows * cols;
+  __nv_bfloat16* x;
+  uint8_t* q;
+  float *work, *scale, *amax_slots;
+  CHECK(cudaMalloc(&x, n * 2));
+  CHECK(cudaMalloc(&q, n));
+  CHECK(cudaMalloc(&work, 64 * sizeof(float)));
+  CHECK(cudaMalloc(&scale, 32 * sizeof(float)));
+  CHECK(cudaMalloc(&amax_slots, 32 * sizeof(float)));
+  CHECK(cudaMemset(amax_slots, 0, 32 * sizeof(float)));
+  fill_bf16<<<1024, 256>>>(x, n, 12345u);
+  CHECK(cudaGetLastError());
+  // The true amax planted once, mid-tensor.
+  const __nv_bfloat16 big = __float2bfloat16(-37.5f);
+  CHECK(cudaMemcpy(x + n / 2 + 12345, &big, 2, cudaMemcpyHostToDevice));
+  const float one = 1.0f;
+  CHECK(cudaMemcpy(scale, &one, 4, cudaMemcpyHostToDevice));
+
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const ConstMatrix xm{x, DType::kBFloat16, rows, cols, cols};
+  const Fp8Matrix qm{q, Fp8Format::kE4M3, rows, cols, cols};
+  const auto in = fc::detail::make_input<__nv_bfloat16>(xm);
+  const int64_t chunks = ceil_div(cols, fc::detail::kChunk);
+  const int64_t words = n * 2 / 16;
+  cudaStream_t st = nullptr;
+
+  std::vector<Variant> vs;
+  int slot = 0;
+  auto amax_variant = [&](std::string name, std::function<void(float*)> body) {
+    float* a = amax_slots + slot++;
+    vs.push_back({name, [=] { body(a); }, a, {}});  // the max of the same data: no re-zeroing
+  };
+  // keep: the share of the grid's last-dispatched block rows that load evict-last.
+  auto library_amax = [=](bool word_loads, int64_t per_sm, int64_t rotation, double keep = 0.0) {
+    return [=](float* a) {
+      const dim3 grid = fc::grid_blocks(rows, chunks, fc::detail::kAmaxRowsPerStep<__nv_bfloat16>, per_sm);
+      const int64_t keep_from = grid.y - static_cast<int64_t>(keep * grid.y);
+      if (word_loads)
+        fc::launch(fc::amax_kernel<__nv_bfloat16, true>, grid, dim3(256), st, in, chunks, a, rotation, keep_from);
+      else
+        fc::launch(fc::amax_kernel<__nv_bfloat16, false>, grid, dim3(256), st, in, chunks, a, rotation, keep_from);
+    };
+  };
+  amax_variant("amax pass, chunk loads, 32/SM (session 29's)", library_amax(false, 32, 0));
+  amax_variant("amax pass, word loads, 32/SM", library_amax(true, 32, 0));
+  amax_variant("amax pass, word loads, 32/SM, rotated", library_amax(true, 32, rows));
+  amax_variant("amax pass, word loads, 16/SM, rotated", library_amax(true, 16, rows));
+  amax_variant("flat U8 32/SM (ceiling reference)", [=](float* a) {
+    flat_amax<8><<<sms * 32, 256>>>(reinterpret_cast<const uint4*>(x), words, a);
+  });
+  int chain_slot = 2;
+  auto chain = [=, &chain_slot](bool word_loads, int amax_per_sm, int quant_per_sm, int64_t rotation,
+                                 double keep) {
+    float* s_out = scale + chain_slot++;
+    return [=] {
+      fc::zero_workspace(work, 1, st);
+      library_amax(word_loads, amax_per_sm, rotation, keep)(work);
+      fc::launch(fc::quantize_chunks_kernel<__nv_bfloat16, Fp8Format::kE4M3, true, false>,
+                 fc::grid_blocks(rows, chunks, fc::detail::kQuantizeRowsPerStep, quant_per_sm), dim3(256), st, in,
+                 fc::make_output(qm), chunks, work, ScaleRule{}, s_out, nullptr, fc::DelayedUpdate{});
+    };
+  };
+  vs.push_back({"chain: library per-tensor current", [=] {
+                  fc::quantize_per_tensor(xm, ScaleRule{}, qm, scale + 1, work, st);
+                }, nullptr, {}});
+  struct Chain { bool word; int amax_per_sm, quant_per_sm; bool rotate; double keep; };
+  for (Chain c : {Chain{false, 32, 32, false, 0}, Chain{true, 32, 32, false, 0}, Chain{true, 32, 32, true, 0},
+                  Chain{true, 32, 32, true, 0.05}, Chain{true, 32, 32, true, 0.1}, Chain{true, 32, 32, true, 0.15},
+                  Chain{true, 32, 32, true, 0.2}, Chain{true, 32, 32, false, 0.1}, Chain{true, 16, 16, true, 0.1},
+                  Chain{true, 16, 16, true, 0.2}})
+    vs.push_back({std::string("chain: ") + (c.word ? "word" : "chunk") + " loads, amax " +
+                      std::to_string(c.amax_per_sm) + "/SM, quantize " + std::to_string(c.quant_per_sm) + "/SM" +
+                      (c.rotate ? ", rotated" : "") + (c.keep > 0 ? ", keep " + std::to_string(c.keep).substr(0, 4) : ""),
+                  chain(c.word, c.amax_per_sm, c.quant_per_sm, c.rotate ? rows : 0, c.keep), nullptr, {}});
+  vs.push_back({"control: static", [=] { fc::quantize_with_scale(xm, scale, qm, st); }, nullptr, {}});
+
+  void* extra = nullptr;
+  for (int state = 0; state < 2; ++state) {
+    if (state == 1) {  // an unrelated allocation, written once
+      CHECK(cudaMalloc(&extra, size_t{128} << 20));
+      CHECK(cudaMemset(extra, 1, size_t{128} << 20));
+    }
+    for (int r = 0; r < rounds; ++r)
+      for (size_t k = 0; k < vs.size(); ++k) {
+        Variant& v = vs[(r % 2) ? vs.size() - 1 - k : k];
+        v.us[state].push_back(time_us(v.run));
+      }
+    CHECK(cudaDeviceSynchronize());
+  }
+  std::vector<float> amax(slot);
+  CHECK(cudaMemcpy(amax.data(), amax_slots, slot * 4, cudaMemcpyDeviceToHost));
+  float scales[32];
+  CHECK(cudaMemcpy(scales, scale, sizeof(scales), cudaMemcpyDeviceToHost));
+  printf("bytes read per amax pass: %.1f MB; library scale %.6g\n", n * 2 / 1e6, scales[1]);
+  bool ok = true;
+  for (int i = 2; i < chain_slot; ++i) ok = ok && scales[i] == scales[1];
+  printf("%-52s %10s %10s %8s %8s  %s\n", "variant", "us", "us after", "TB/s", "after", "amax");
+  for (auto& v : vs) {
+    auto med = [](std::vector<float> t) { std::sort(t.begin(), t.end()); return t[t.size() / 2]; };
+    const float a = med(v.us[0]), b = med(v.us[1]);
+    const double bytes = v.amax ? n * 2.0 : n * 3.0;  // chains and the control: 3 bytes an element, as the bench counts
+    printf("%-52s %10.2f %10.2f %8.3f %8.3f", v.name.c_str(), a, b, bytes / a / 1e6, bytes / b / 1e6);
+    if (v.amax) {
+      const float got = amax[v.amax - amax_slots];
+      printf("  %.4g%s", got, got == amax[0] ? "" : "  MISMATCH");
+      ok = ok && got == amax[0];
+    }
+    printf("\n");
+  }
+  printf("%s\n", ok ? "amax and scales agree" : "DISAGREEMENT");
+  return ok ? 0 : 1;
+}
