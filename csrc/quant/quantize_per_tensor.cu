@@ -7,7 +7,6 @@
 // grid-stride over a grid of a few blocks per SM, so per-block set-up (the
 // scale, its reciprocal) is paid rarely and no 64-bit division is needed.
 #include <algorithm>
-#include <cstdlib>
 
 #include "fp8ext/quantize_cuda.h"
 #include "quant_common.cuh"
@@ -28,13 +27,11 @@ inline dim3 grid_blocks(int64_t rows, int64_t chunks_per_row, int rows_per_step,
 }
 
 // Calls body(r, c, step) for chunk column c of rows r + i * step (i < N, the
-// rows that exist); blocks stride over rows and chunks. Block y takes the rows
-// congruent to first_row (blockIdx.y unless given) modulo the grid's height.
+// rows that exist); blocks stride over rows and chunks.
 template <int N, typename Body>
-__device__ __forceinline__ void for_each_chunk_step(int64_t rows, int64_t chunks_per_row, Body&& body,
-                                                    int64_t first_row = blockIdx.y) {
+__device__ __forceinline__ void for_each_chunk_step(int64_t rows, int64_t chunks_per_row, Body&& body) {
   const int64_t step = gridDim.y;
-  for (int64_t r = first_row; r < rows; r += N * step)
+  for (int64_t r = blockIdx.y; r < rows; r += N * step)
     for (int64_t c = blockIdx.x * int64_t{kThreads} + threadIdx.x; c < chunks_per_row; c += int64_t{gridDim.x} * kThreads)
       body(r, c, step);
 }
@@ -59,14 +56,13 @@ __device__ __forceinline__ void load_step(const Input<T>& in, int64_t r, int64_t
 // writes (see prefetch_l2); it lets the first bytes arrive while that kernel
 // (for current scaling, the amax pass over the same tensor) finishes.
 template <bool kReverse, int N, typename T>
-__device__ __forceinline__ void prefetch_first_step(const Input<T>& in, int64_t chunks_per_row,
-                                                    int64_t first_row = blockIdx.y) {
+__device__ __forceinline__ void prefetch_first_step(const Input<T>& in, int64_t chunks_per_row) {
   const int64_t c = blockIdx.x * int64_t{kThreads} + threadIdx.x;
   if (threadIdx.x % kChunksPerLine<T> != 0 || c >= chunks_per_row || c * kChunk >= in.cols) return;
 #pragma unroll
   for (int i = 0; i < N; ++i)
-    if (first_row + int64_t{i} * gridDim.y < in.rows)
-      prefetch_l2(in.data + step_row<kReverse>(in.rows, first_row, i, gridDim.y) * in.row_stride + c * kChunk);
+    if (blockIdx.y + int64_t{i} * gridDim.y < in.rows)
+      prefetch_l2(in.data + step_row<kReverse>(in.rows, blockIdx.y, i, gridDim.y) * in.row_stride + c * kChunk);
 }
 
 // Delayed scaling's bookkeeping, run by one whole block: pushes `newest` to the
@@ -157,33 +153,16 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
   roll_history(total, delayed.history, delayed.len, delayed.scale, rule, delayed.use_history_max, smem);
 }
 
-// L2 eviction policies for the amax pass's loads (createpolicy): streaming,
-// or kept for the quantize pass to re-read.
-__device__ __forceinline__ uint64_t l2_policy(bool keep) {
-  uint64_t p;
-  if (keep)
-    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-  else
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-
-__device__ __forceinline__ uint4 load_with_policy(const uint4* p, uint64_t policy) {
-  uint4 w;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-               : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-               : "l"(p), "l"(policy));
-  return w;
-}
-
 // Loads the same bytes as load_step (the block's kThreads chunks of each of the
 // step's rows), but thread t takes the block's 16-byte words t, t + kThreads,
 // ...: each warp instruction reads 512 contiguous bytes instead of every other
 // 16 bytes of 1 KB. Only a max is taken, so which elements a thread holds does
 // not matter. For a block whose chunks lie wholly inside vector-loadable rows.
+// Two passes at 16384 x 8192 bf16 on the H200: 168.4 against 168.6 us in a
+// torch process, 164.7 against 165.1 standalone (bench/NOTES.md, session 30).
 template <typename T, int N>
 __device__ __forceinline__ void load_step_words(const Input<T>& in, int64_t r, int64_t c, int64_t step,
-                                                typename Input<T>::Raw (&raw)[N], uint64_t policy) {
+                                                typename Input<T>::Raw (&raw)[N]) {
   constexpr int kWords = Input<T>::kWords;
   const int64_t first_word = (c - threadIdx.x) * kWords + threadIdx.x;
 #pragma unroll
@@ -191,23 +170,15 @@ __device__ __forceinline__ void load_step_words(const Input<T>& in, int64_t r, i
     if (r + i * step >= in.rows) continue;
     const auto* row = reinterpret_cast<const uint4*>(in.data + (r + i * step) * in.row_stride);
 #pragma unroll
-    for (int w = 0; w < kWords; ++w) raw[i].words[w] = load_with_policy(row + first_word + w * kThreads, policy);
+    for (int w = 0; w < kWords; ++w) raw[i].words[w] = __ldcs(row + first_word + w * kThreads);
   }
 }
 
-// The amax pass. Block y reads the rows congruent to y + row_rotation modulo the
-// grid's height, top to bottom. With row_rotation = rows and a quantize grid of
-// the same height, quantize block S - 1 - y reads the same rows bottom to top:
-// the quantize pass's first wave re-reads, in reverse, what the amax pass's
-// last wave read last, while it is still in L2.
-template <typename T, bool kWordLoads = true>
-__global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out,
-                                                        int64_t row_rotation, int64_t keep_from_block) {
+template <typename T>
+__global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chunks_per_row, float* amax_out) {
   __shared__ float smem[32];
   constexpr int N = kAmaxRowsPerStep<T>;
-  const int64_t first_row = (blockIdx.y + row_rotation) % gridDim.y;
-  const uint64_t policy = l2_policy(blockIdx.y >= keep_from_block);
-  prefetch_first_step<false, N>(in, chunks_per_row, first_row);
+  prefetch_first_step<false, N>(in, chunks_per_row);
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): only the prefetch above comes before this
   float amax = 0.0f;
   for_each_chunk_step<N>(in.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {
@@ -215,10 +186,10 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chu
     // Streaming (evict-first) like every other pass: cached loads, meant to leave
     // the tail in L2 for the quantize pass, made the two passes 169.5 us
     // instead of 160 at 16384 x 8192 bf16 (H200, 2026-11-30), and keeping rows
-    // evict-last for it was slower still (bench/NOTES.md, session 8).
+    // evict-last for it was slower still (bench/NOTES.md, sessions 8, 16 and 30).
     const int64_t block_end = (c - threadIdx.x + kThreads) * kChunk;  // past the block's last element
-    if (kWordLoads && in.vec && block_end <= in.cols)
-      load_step_words(in, r, c, step, raw, policy);
+    if (in.vec && block_end <= in.cols)
+      load_step_words(in, r, c, step, raw);
     else
       load_step<false>(in, r, c, step, raw);
 #pragma unroll
@@ -228,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(Input<T> in, int64_t chu
       in.unpack(raw[i], v);
       amax = fmaxf(amax, chunk_amax(v));
     }
-  }, first_row);
+  });
   amax = block_max(amax, smem);
   if (threadIdx.x == 0) atomic_max_nonneg(amax_out, amax);
 }
@@ -314,19 +285,9 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
   const int64_t read_chunks = ceil_div(x.cols, kChunk);
   dispatch(x, q.format, [&](auto in, auto fmt) {
     using T = typename decltype(in)::Element;
-    if (read_chunks * x.rows > 0) {
-      // TEMPORARY A/B knobs (session 30): FP8EXT_AMAX_WORD_LOADS=0/1, FP8EXT_AMAX_KEEP=percent of block rows.
-      const char* w = std::getenv("FP8EXT_AMAX_WORD_LOADS");
-      const char* k = std::getenv("FP8EXT_AMAX_KEEP");
-      const bool words = !(w && w[0] == '0');
-      const int keep = k ? std::atoi(k) : 0;
-      const dim3 grid = grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>, kCurrentScalingBlocksPerSm);
-      const int64_t keep_from = grid.y - int64_t{grid.y} * keep / 100;
-      err = words ? launch(amax_kernel<T, true>, grid, dim3(kThreads), stream, in, read_chunks, amax_workspace, x.rows,
-                           keep_from)
-                  : launch(amax_kernel<T, false>, grid, dim3(kThreads), stream, in, read_chunks, amax_workspace,
-                           x.rows, keep_from);
-    }
+    if (read_chunks * x.rows > 0)
+      err = launch(amax_kernel<T>, grid_blocks(x.rows, read_chunks, kAmaxRowsPerStep<T>, kCurrentScalingBlocksPerSm),
+                   dim3(kThreads), stream, in, read_chunks, amax_workspace);
     // Runs even for an empty tensor: block 0 writes the scale (1 for amax 0).
     if (err == cudaSuccess)
       err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false>,

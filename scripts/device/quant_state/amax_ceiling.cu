@@ -1,16 +1,18 @@
 // How fast can current scaling's amax pass read? (issue 3: the two passes are
-// ~0.1-0.6 us over the 2.4 TB/s target; session 8's ncu put the amax pass at
-// 64.6 us for 256 MiB, 4.15 TB/s, where bf16 SDPA reads 4.4-4.5 TB/s.)
-// Standalone (no torch): times the library's amax pass (its word loads and the
-// chunk loads it had before) against a flat read-only stream on the same
-// 16384 x 8192 bf16 buffer, then the whole per-tensor chain (zeroing, amax,
-// quantize) both ways, and the static kernel as a control. Session 30's first
-// run also timed TMA bulk-copy rings (1-3 blocks per SM, 8-16 KB tiles: 62.7-64.1
-// us) and `ld.global.L2::256B` (65.4 us) against 61.3-61.9 for flat loads and
-// 63.5 for the chunk loads (bench/NOTES.md, session 30). Every variant's amax is
-// checked against the library's. The rounds run interleaved, once on the
-// buffers as allocated and once after an unrelated 128 MiB allocation (session
-// 13 saw that flip torch processes into a slower state).
+// ~0.1-0.6 us over the 2.4 TB/s target in a torch process; session 8's ncu put
+// the amax pass at 64.6 us for 256 MiB, 4.15 TB/s, where bf16 SDPA reads
+// 4.4-4.5 TB/s.) Standalone (no torch): times the library's amax pass at a few
+// grid sizes against a flat read-only stream on the same 16384 x 8192 bf16
+// buffer, then the whole per-tensor chain (zeroing, amax, quantize) as the
+// library runs it and with the smaller amax grids, and the static kernel as a
+// control. Every amax and scale is checked against the library's. The rounds
+// run interleaved, once on the buffers as allocated and once after an
+// unrelated 128 MiB allocation (session 13 saw that flip torch processes into
+// a slower state; it changes nothing here).
+// Session 30 (bench/NOTES.md): the amax pass reads at 4.22 TB/s (63.5 us) at
+// 32 blocks per SM and 4.45-4.56 at 12-24, but the chain is 2-5 us slower with
+// those grids; TMA bulk-copy rings (62.7-64.1 us) and `ld.global.L2::256B`
+// (65.4) did not beat plain 16-byte loads.
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
 //        -DFP8EXT_WITH_SM90=1 -Icsrc/include -Icsrc scripts/device/quant_state/amax_ceiling.cu \
 //        csrc/quant/quantize_per_tensor_kept.cu csrc/quant/quantize_per_tensor_small.cu -o /tmp/amax_ceiling
@@ -115,31 +117,24 @@ int main(int argc, char** argv) {
     float* a = amax_slots + slot++;
     vs.push_back({name, [=] { body(a); }, a, {}});  // the max of the same data: no re-zeroing
   };
-  // keep: the share of the grid's last-dispatched block rows that load evict-last.
-  auto library_amax = [=](bool word_loads, int64_t per_sm, int64_t rotation, double keep = 0.0) {
+  auto library_amax = [=](int64_t per_sm) {
     return [=](float* a) {
-      const dim3 grid = fc::grid_blocks(rows, chunks, fc::detail::kAmaxRowsPerStep<__nv_bfloat16>, per_sm);
-      const int64_t keep_from = grid.y - static_cast<int64_t>(keep * grid.y);
-      if (word_loads)
-        fc::launch(fc::amax_kernel<__nv_bfloat16, true>, grid, dim3(256), st, in, chunks, a, rotation, keep_from);
-      else
-        fc::launch(fc::amax_kernel<__nv_bfloat16, false>, grid, dim3(256), st, in, chunks, a, rotation, keep_from);
+      fc::launch(fc::amax_kernel<__nv_bfloat16>,
+                 fc::grid_blocks(rows, chunks, fc::detail::kAmaxRowsPerStep<__nv_bfloat16>, per_sm), dim3(256), st,
+                 in, chunks, a);
     };
   };
-  amax_variant("amax pass, chunk loads, 32/SM (session 29's)", library_amax(false, 32, 0));
-  amax_variant("amax pass, word loads, 32/SM", library_amax(true, 32, 0));
-  amax_variant("amax pass, word loads, 32/SM, rotated", library_amax(true, 32, rows));
-  amax_variant("amax pass, word loads, 16/SM, rotated", library_amax(true, 16, rows));
+  for (int per_sm : {32, 24, 16, 12})
+    amax_variant("amax pass, " + std::to_string(per_sm) + " blocks/SM", library_amax(per_sm));
   amax_variant("flat U8 32/SM (ceiling reference)", [=](float* a) {
     flat_amax<8><<<sms * 32, 256>>>(reinterpret_cast<const uint4*>(x), words, a);
   });
   int chain_slot = 2;
-  auto chain = [=, &chain_slot](bool word_loads, int amax_per_sm, int quant_per_sm, int64_t rotation,
-                                 double keep) {
+  auto chain = [=, &chain_slot](int amax_per_sm, int quant_per_sm) {
     float* s_out = scale + chain_slot++;
     return [=] {
       fc::zero_workspace(work, 1, st);
-      library_amax(word_loads, amax_per_sm, rotation, keep)(work);
+      library_amax(amax_per_sm)(work);
       fc::launch(fc::quantize_chunks_kernel<__nv_bfloat16, Fp8Format::kE4M3, true, false>,
                  fc::grid_blocks(rows, chunks, fc::detail::kQuantizeRowsPerStep, quant_per_sm), dim3(256), st, in,
                  fc::make_output(qm), chunks, work, ScaleRule{}, s_out, nullptr, fc::DelayedUpdate{});
@@ -148,15 +143,8 @@ int main(int argc, char** argv) {
   vs.push_back({"chain: library per-tensor current", [=] {
                   fc::quantize_per_tensor(xm, ScaleRule{}, qm, scale + 1, work, st);
                 }, nullptr, {}});
-  struct Chain { bool word; int amax_per_sm, quant_per_sm; bool rotate; double keep; };
-  for (Chain c : {Chain{false, 32, 32, false, 0}, Chain{true, 32, 32, false, 0}, Chain{true, 32, 32, true, 0},
-                  Chain{true, 32, 32, true, 0.05}, Chain{true, 32, 32, true, 0.1}, Chain{true, 32, 32, true, 0.15},
-                  Chain{true, 32, 32, true, 0.2}, Chain{true, 32, 32, false, 0.1}, Chain{true, 16, 16, true, 0.1},
-                  Chain{true, 16, 16, true, 0.2}})
-    vs.push_back({std::string("chain: ") + (c.word ? "word" : "chunk") + " loads, amax " +
-                      std::to_string(c.amax_per_sm) + "/SM, quantize " + std::to_string(c.quant_per_sm) + "/SM" +
-                      (c.rotate ? ", rotated" : "") + (c.keep > 0 ? ", keep " + std::to_string(c.keep).substr(0, 4) : ""),
-                  chain(c.word, c.amax_per_sm, c.quant_per_sm, c.rotate ? rows : 0, c.keep), nullptr, {}});
+  for (int per_sm : {24, 16})
+    vs.push_back({"chain: amax pass at " + std::to_string(per_sm) + " blocks/SM", chain(per_sm, 32), nullptr, {}});
   vs.push_back({"control: static", [=] { fc::quantize_with_scale(xm, scale, qm, st); }, nullptr, {}});
 
   void* extra = nullptr;
