@@ -392,8 +392,11 @@ constexpr int64_t kRowStepBlocksPerSm = 48;
 constexpr int64_t kCurrentScalingBlocksPerSm = 32;
 
 // Grid height for those kernels: about blocks_per_sm blocks per SM in all,
-// with the row groups spread evenly over them.
+// with the row groups spread evenly over them. A grid that would leave SMs
+// idle (decode-sized activations) gets a block per row instead: such a call
+// is a chain of latencies, and one row a thread halves it.
 inline unsigned row_step_grid_y(int64_t rows, int64_t x_blocks, int rows_per_step, int64_t blocks_per_sm) {
+  if (rows * x_blocks <= num_sms()) return static_cast<unsigned>(std::max<int64_t>(1, rows));
   const int64_t groups = std::max<int64_t>(1, ceil_div(rows, rows_per_step));
   const int64_t target =
       std::max<int64_t>(1, int64_t{num_sms()} * blocks_per_sm / std::max<int64_t>(1, x_blocks));

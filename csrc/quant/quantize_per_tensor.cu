@@ -51,18 +51,27 @@ __device__ __forceinline__ void load_step(const Input<T>& in, int64_t r, int64_t
     if (r + i * step < in.rows) in.load_raw(step_row<kReverse>(in.rows, r, i, step), c * kChunk, raw[i]);
 }
 
+// Asks L2 (before the PDL wait: see prefetch_l2) or, after it, L1 for a line.
+template <bool kToL1>
+__device__ __forceinline__ void prefetch_line(const void* p) {
+  if (kToL1)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+  else
+    prefetch_l2(p);
+}
+
 // Before the PDL wait: asks L2 for the lines of the block's first step, one
 // thread per 128-byte line. A prefetch is safe whatever the kernel before
 // writes (see prefetch_l2); it lets the first bytes arrive while that kernel
 // (for current scaling, the amax pass over the same tensor) finishes.
-template <bool kReverse, int N, typename T>
+template <bool kReverse, int N, typename T, bool kToL1 = false>
 __device__ __forceinline__ void prefetch_first_step(const Input<T>& in, int64_t chunks_per_row) {
   const int64_t c = blockIdx.x * int64_t{kThreads} + threadIdx.x;
   if (threadIdx.x % kChunksPerLine<T> != 0 || c >= chunks_per_row || c * kChunk >= in.cols) return;
 #pragma unroll
   for (int i = 0; i < N; ++i)
     if (blockIdx.y + int64_t{i} * gridDim.y < in.rows)
-      prefetch_l2(in.data + step_row<kReverse>(in.rows, blockIdx.y, i, gridDim.y) * in.row_stride + c * kChunk);
+      prefetch_line<kToL1>(in.data + step_row<kReverse>(in.rows, blockIdx.y, i, gridDim.y) * in.row_stride + c * kChunk);
 }
 
 // Delayed scaling's bookkeeping, run by one whole block: pushes `newest` to the
@@ -114,6 +123,10 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
   constexpr bool kReverse = kScaleFromAmax;
   prefetch_first_step<kReverse, N>(in, chunks_per_row);
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): only the prefetch above comes before this
+  // Ask L1 for the first step's lines before reading the scale (or amax): the
+  // two round trips overlap, and the loads below then hit. A small tensor's
+  // call is little more than those round trips (bench/NOTES.md, session 30).
+  prefetch_first_step<kReverse, N, T, true>(in, chunks_per_row);
   const float s = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
   const Scale scale(s);
