@@ -123,10 +123,12 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
   constexpr bool kReverse = kScaleFromAmax;
   prefetch_first_step<kReverse, N>(in, chunks_per_row);
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): only the prefetch above comes before this
-  // Ask L1 for the first step's lines before reading the scale (or amax): the
-  // two round trips overlap, and the loads below then hit. A small tensor's
-  // call is little more than those round trips (bench/NOTES.md, session 30).
-  prefetch_first_step<kReverse, N, T, true>(in, chunks_per_row);
+  // A grid of a block per row (row_step_grid_y's small-tensor case) asks L1
+  // for its row before reading the scale (or amax): the two round trips
+  // overlap, and the loads below then hit. Such a call is little more than
+  // those round trips. For larger grids the prefetch cost 0.6-1.7 us at
+  // 16384 x 8192 (bench/NOTES.md, session 30).
+  if (gridDim.y >= out.rows) prefetch_first_step<kReverse, 1, T, true>(in, chunks_per_row);
   const float s = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
   const Scale scale(s);

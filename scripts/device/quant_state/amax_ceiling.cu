@@ -23,7 +23,12 @@
 #include <string>
 #include <vector>
 
-#include "../../../csrc/quant/quantize_per_tensor.cu"
+// -DQPT_SOURCE='"path"' times another version of the library's per-tensor
+// kernels (relative to this file; keep the copy in csrc/quant/).
+#ifndef QPT_SOURCE
+#define QPT_SOURCE "../../../csrc/quant/quantize_per_tensor.cu"
+#endif
+#include QPT_SOURCE
 #include "diag_timing.cuh"
 
 namespace {
@@ -131,6 +136,11 @@ int main(int argc, char** argv) {
   CHECK(cudaMemcpy(x + n / 2 + 12345, &big, 2, cudaMemcpyHostToDevice));
   const float one = 1.0f;
   CHECK(cudaMemcpy(scale, &one, 4, cudaMemcpyHostToDevice));
+  float *history, *delayed_scale;
+  CHECK(cudaMalloc(&history, 16 * sizeof(float)));
+  CHECK(cudaMemset(history, 0, 16 * sizeof(float)));
+  CHECK(cudaMalloc(&delayed_scale, 2 * sizeof(float)));
+  CHECK(cudaMemcpy(delayed_scale, &one, 4, cudaMemcpyHostToDevice));
 
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -186,6 +196,10 @@ int main(int argc, char** argv) {
                              fc::DelayedUpdate{});
                 }, nullptr, {}});
   vs.push_back({"control: static", [=] { fc::quantize_with_scale(xm, scale, qm, st); }, nullptr, {}});
+  vs.push_back({"control: delayed", [=] {
+                  fc::quantize_delayed(xm, ScaleRule{}, true, history, 16, delayed_scale, qm, delayed_scale + 1,
+                                       work + 16, st);
+                }, nullptr, {}});
 
   CHECK(cudaMemset(work + 8, 0, 4));
   for (int r = 0; r < rounds; ++r)
