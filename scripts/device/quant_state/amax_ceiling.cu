@@ -5,7 +5,7 @@
 // grid sizes against a flat read-only stream on the same 16384 x 8192 bf16
 // buffer, then the whole per-tensor chain (zeroing, amax, quantize) as the
 // library runs it, with the smaller amax grids and without the zeroing, and the
-// static kernel as a control. Every amax and scale is checked against the
+// static and delayed kernels as controls. Every amax and scale is checked against the
 // library's. Each variant is timed two ways, interleaved over rounds: 20 calls
 // back to back (the mean), and one call at a time as the benchmark does (the
 // median; see time_us_one_call).
