@@ -5,7 +5,8 @@
 // Work is split into 16-element chunks; blocks walk rows along y, a few rows a
 // step (all their loads in flight before any is used), and chunks along x, both
 // grid-stride over a grid of a few blocks per SM, so per-block set-up (the
-// scale, its reciprocal) is paid rarely and no 64-bit division is needed.
+// scale, its reciprocal) is paid rarely and no 64-bit division is needed. A
+// tensor too small to fill the SMs gets a block per row (row_step_grid_y).
 #include <algorithm>
 
 #include "fp8ext/quantize_cuda.h"
@@ -123,8 +124,9 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
   constexpr bool kReverse = kScaleFromAmax;
   prefetch_first_step<kReverse, N>(in, chunks_per_row);
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): only the prefetch above comes before this
-  // A grid of a block per row (row_step_grid_y's small-tensor case) asks L1
-  // for its row before reading the scale (or amax): the two round trips
+  // A grid of a block per row (row_step_grid_y's small-tensor case, or a
+  // single row) asks L1 for the row's first chunks before reading the scale
+  // (or amax): the two round trips
   // overlap, and the loads below then hit. Such a call is little more than
   // those round trips. For larger grids the prefetch cost 0.6-1.7 us at
   // 16384 x 8192 (bench/NOTES.md, session 30).
