@@ -55,7 +55,7 @@ __device__ __forceinline__ void load_step(const Input<T>& in, int64_t r, int64_t
 // Asks L2 (before the PDL wait: see prefetch_l2) or, after it, L1 for a line.
 template <bool kToL1>
 __device__ __forceinline__ void prefetch_line(const void* p) {
-  if (kToL1)
+  if constexpr (kToL1)
     asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
   else
     prefetch_l2(p);
@@ -126,10 +126,9 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): only the prefetch above comes before this
   // A grid of a block per row (row_step_grid_y's small-tensor case, or a
   // single row) asks L1 for the row's first chunks before reading the scale
-  // (or amax): the two round trips
-  // overlap, and the loads below then hit. Such a call is little more than
-  // those round trips. For larger grids the prefetch cost 0.6-1.7 us at
-  // 16384 x 8192 (bench/NOTES.md, session 30).
+  // (or amax): the two round trips overlap, and the loads below then hit.
+  // Such a call is little more than those round trips. For larger grids the
+  // prefetch cost 0.6-1.7 us at 16384 x 8192 (bench/NOTES.md, session 30).
   if (gridDim.y >= out.rows) prefetch_first_step<kReverse, 1, T, true>(in, chunks_per_row);
   const float s = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
