@@ -4,15 +4,17 @@
 // 4.4-4.5 TB/s.) Standalone (no torch): times the library's amax pass at a few
 // grid sizes against a flat read-only stream on the same 16384 x 8192 bf16
 // buffer, then the whole per-tensor chain (zeroing, amax, quantize) as the
-// library runs it, with the smaller amax grids and without the zeroing, and the
-// static and delayed kernels as controls. Every amax and scale is checked against the
+// library runs it, with other amax and quantize grids, with PDL off and
+// without the zeroing, and the static and delayed kernels as controls. Every amax and scale is checked against the
 // library's. Each variant is timed two ways, interleaved over rounds: 20 calls
 // back to back (the mean), and one call at a time as the benchmark does (the
 // median; see time_us_one_call).
 // Session 30 (bench/NOTES.md): the amax pass reads at 4.22 TB/s (63.5 us) at
 // 32 blocks per SM and 4.45-4.56 at 12-24, but the chain is 2-5 us slower with
 // those grids; TMA bulk-copy rings (62.7-64.1 us) and `ld.global.L2::256B`
-// (65.4) did not beat plain 16-byte loads.
+// (65.4) did not beat plain 16-byte loads. Session 31: no pair of amax and
+// quantize grids (8-32 and 8-64 blocks per SM) beat the library's 32 / 32 in
+// the chain, with PDL on or off.
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
 //        -DFP8EXT_WITH_SM90=1 -Icsrc/include -Icsrc scripts/device/quant_state/amax_ceiling.cu \
 //        csrc/quant/quantize_per_tensor_kept.cu csrc/quant/quantize_per_tensor_small.cu -o /tmp/amax_ceiling
@@ -183,8 +185,24 @@ int main(int argc, char** argv) {
   vs.push_back({"chain: library per-tensor current", [=] {
                   fc::quantize_per_tensor(xm, ScaleRule{}, qm, scale + 1, work, st);
                 }, nullptr, {}});
-  for (int per_sm : {24, 16})
-    vs.push_back({"chain: amax pass at " + std::to_string(per_sm) + " blocks/SM", chain(per_sm, 32), nullptr, {}});
+  // Amax and quantize grids together (blocks per SM of each): the smaller
+  // amax grids are faster alone; is there a quantize grid that keeps that?
+  const std::pair<int, int> grids[] = {{16, 32}, {12, 32}, {24, 24}, {16, 16}, {16, 64}, {12, 12},
+                                       {12, 24}, {8, 8},   {8, 32},   {32, 16}, {32, 64}};
+  for (auto [a_sm, q_sm] : grids)
+    vs.push_back({"chain: amax " + std::to_string(a_sm) + " / quantize " + std::to_string(q_sm) + " blocks/SM",
+                  chain(a_sm, q_sm), nullptr, {}});
+  // The same chains with PDL off (FP8EXT_PDL=0 is read at each launch): does
+  // the overlap between the passes explain why smaller amax grids, faster
+  // alone, make the chain slower?
+  for (int per_sm : {32}) {
+    auto body = chain(per_sm, 32);
+    vs.push_back({"chain, PDL off: amax pass at " + std::to_string(per_sm) + " blocks/SM", [=] {
+                    setenv("FP8EXT_PDL", "0", 1);
+                    body();
+                    unsetenv("FP8EXT_PDL");
+                  }, nullptr, {}});
+  }
   // The same data leaves the same amax in the workspace, so skipping the zeroing
   // still gives the right scale here (not in general): what the zeroing costs.
   float* s_no_zero = scale + chain_slot++;
