@@ -142,6 +142,12 @@ int main(int argc, char** argv) {
   CHECK(cudaMemcpy(host_out.data(), out, host_out.size(), cudaMemcpyDeviceToHost));
   uint64_t hash = 1469598103934665603ull;
   for (uint8_t byte : host_out) hash = (hash ^ byte) * 1099511628211ull;
+  if (const char* dump = std::getenv("DECODE_DUMP")) {  // the raw bf16 output, to compare versions that round differently
+    if (FILE* f = std::fopen(dump, "wb")) {
+      std::fwrite(host_out.data(), 1, host_out.size(), f);
+      std::fclose(f);
+    }
+  }
 
   const uint64_t kv_bytes = 2 * pool_bytes;
 #ifndef FP8EXT_DECODE_TIMELINE  // the same kernels without the stamps: what they cost
