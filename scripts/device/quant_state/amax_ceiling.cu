@@ -196,10 +196,10 @@ int main(int argc, char** argv) {
   // Session 31 also ran the 16 and 12 blocks/SM amax grids this way: without
   // the overlap between the passes they still lost (172.0 and 172.9 us
   // against 170.5), so PDL does not explain their loss.
-  const auto pdl_on_chain = chain(32, 32);
+  const auto library_chain = chain(32, 32);
   vs.push_back({"chain, PDL off: amax pass at 32 blocks/SM", [=] {
                   setenv("FP8EXT_PDL", "0", 1);
-                  pdl_on_chain();
+                  library_chain();
                   unsetenv("FP8EXT_PDL");
                 }, nullptr, {}});
   // The same data leaves the same amax in the workspace, so skipping the zeroing
