@@ -6,9 +6,9 @@
 // buffer, then the whole per-tensor chain (zeroing, amax, quantize) as the
 // library runs it, with other amax and quantize grids, with PDL off and
 // without the zeroing, and the static and delayed kernels as controls. Every
-// amax and scale is checked against the library's. Each variant is timed two ways, interleaved over rounds: 20 calls
-// back to back (the mean), and one call at a time as the benchmark does (the
-// median; see time_us_one_call).
+// amax and scale is checked against the library's. Each variant is timed two
+// ways, interleaved over rounds: 20 calls back to back (the mean), and one call
+// at a time as the benchmark does (the median; see time_us_one_call).
 // Session 30 (bench/NOTES.md): the amax pass reads at 4.22 TB/s (63.5 us) at
 // 32 blocks per SM and 4.45-4.56 at 12-24, but the chain is 2-5 us slower with
 // those grids; TMA bulk-copy rings (62.7-64.1 us) and `ld.global.L2::256B`
@@ -173,15 +173,19 @@ int main(int argc, char** argv) {
   amax_variant("flat U8 32/SM (ceiling reference)", [=](float* a) {
     flat_amax<8><<<sms * 32, 256>>>(reinterpret_cast<const uint4*>(x), words, a);
   });
+  // The library's second pass: quantize with the scale derived from *amax.
+  auto quantize_from = [=](const float* amax, int per_sm, float* s_out) {
+    fc::launch(fc::quantize_chunks_kernel<__nv_bfloat16, Fp8Format::kE4M3, true, false>,
+               fc::grid_blocks(rows, chunks, fc::detail::kQuantizeRowsPerStep, per_sm), dim3(256), st, in,
+               fc::make_output(qm), chunks, amax, ScaleRule{}, s_out, nullptr, fc::DelayedUpdate{});
+  };
   int chain_slot = 2;
   auto chain = [=, &chain_slot](int amax_per_sm, int quant_per_sm) {
     float* s_out = scale + chain_slot++;
     return [=] {
       fc::zero_workspace(work, 1, st);
       library_amax(amax_per_sm)(work);
-      fc::launch(fc::quantize_chunks_kernel<__nv_bfloat16, Fp8Format::kE4M3, true, false>,
-                 fc::grid_blocks(rows, chunks, fc::detail::kQuantizeRowsPerStep, quant_per_sm), dim3(256), st, in,
-                 fc::make_output(qm), chunks, work, ScaleRule{}, s_out, nullptr, fc::DelayedUpdate{});
+      quantize_from(work, quant_per_sm, s_out);
     };
   };
   vs.push_back({"chain: library per-tensor current", [=] {
@@ -196,8 +200,10 @@ int main(int argc, char** argv) {
                   chain(a_sm, q_sm), nullptr, {}});
   // The chain in pieces, amax grid 32 or 16 blocks per SM: is the second pass
   // slower after the small amax grid, and is it the reversed (bottom-up) row
-  // order? The amax lands in a slot that is never zeroed (the same data gives
-  // the same max), so only the zeroing-free pieces need no zeroing kernel.
+  // order? The pieces without a zeroing kernel leave their amax in a slot
+  // zeroed once at the start: the same data gives the same max. At 32 blocks
+  // per SM, "amax + quantize from it" is the library's chain without its
+  // zeroing kernel, i.e. what the zeroing costs.
   for (int per_sm : {32, 16}) {
     const std::string tag = " (amax " + std::to_string(per_sm) + " blocks/SM)";
     const auto amax = library_amax(per_sm);
@@ -212,10 +218,7 @@ int main(int argc, char** argv) {
     float* s_out = scale + chain_slot++;
     vs.push_back({"pieces: amax + quantize from it (bottom-up)" + tag, [=] {
                     amax(work + 40);
-                    fc::launch(fc::quantize_chunks_kernel<__nv_bfloat16, Fp8Format::kE4M3, true, false>,
-                               fc::grid_blocks(rows, chunks, fc::detail::kQuantizeRowsPerStep, 32), dim3(256), st,
-                               in, fc::make_output(qm), chunks, work + 40, ScaleRule{}, s_out, nullptr,
-                               fc::DelayedUpdate{});
+                    quantize_from(work + 40, 32, s_out);
                   }, nullptr, {}});
   }
   // The library's chain with PDL off (FP8EXT_PDL=0 is read at each launch).
@@ -227,16 +230,6 @@ int main(int argc, char** argv) {
                   setenv("FP8EXT_PDL", "0", 1);
                   library_chain();
                   unsetenv("FP8EXT_PDL");
-                }, nullptr, {}});
-  // The same data leaves the same amax in the workspace, so skipping the zeroing
-  // still gives the right scale here (not in general): what the zeroing costs.
-  float* s_no_zero = scale + chain_slot++;
-  vs.push_back({"chain: without the zeroing kernel", [=] {
-                  library_amax(32)(work + 8);
-                  fc::launch(fc::quantize_chunks_kernel<__nv_bfloat16, Fp8Format::kE4M3, true, false>,
-                             fc::grid_blocks(rows, chunks, fc::detail::kQuantizeRowsPerStep, 32), dim3(256), st, in,
-                             fc::make_output(qm), chunks, work + 8, ScaleRule{}, s_no_zero, nullptr,
-                             fc::DelayedUpdate{});
                 }, nullptr, {}});
   vs.push_back({"control: static", [=] { fc::quantize_with_scale(xm, scale, qm, st); }, nullptr, {}});
   vs.push_back({"control: delayed", [=] {
