@@ -1,5 +1,5 @@
 """Per-token quantization fused with the op before it: RMSNorm
-(fp8ext.quantize.rms_norm_quantize, op rms_norm_quantize_per_row) and SwiGLU's
+(fp8ext.rms_norm_quantize, op rms_norm_quantize_per_row) and SwiGLU's
 silu * up (silu_mul_quantize, op silu_mul_quantize_per_row). On the CPU
 bit-identical to the unfused ops, also through the serving engine (which
 uses them unless FP8EXT_FUSED_QUANT=0); on the GPU (marked tests) against the CPU."""
@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import fp8ext
 from fp8ext.cuda_graphs import capture
 from fp8ext.quantize import add_rms_norm_quantize, quantize, rms_norm_quantize, silu_mul_quantize
 from fp8ext.recipes import BlockWise, CurrentScaling, PerTensorStatic, RowWise
@@ -18,6 +19,14 @@ SWIGLU_SHAPES = [(1, 2), (3, 254), (5, 258), (16, 8200), (2, 28672), (1, 40000)]
 each_dtype = pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 each_fp8 = pytest.mark.parametrize("fp8", FP8, ids=str)
 each_device = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+
+
+def test_fused_quantizers_are_exported_at_the_top_level():
+    # `fp8ext.quantize` is the function, so the module's fused ones must be reachable as fp8ext.<name>.
+    assert fp8ext.rms_norm_quantize is rms_norm_quantize
+    assert fp8ext.add_rms_norm_quantize is add_rms_norm_quantize
+    assert fp8ext.silu_mul_quantize is silu_mul_quantize
+    assert {"rms_norm_quantize", "add_rms_norm_quantize", "silu_mul_quantize"} <= set(fp8ext.__all__)
 
 
 def unfused(x, weight, eps, recipe, pad_k_to=None):

@@ -13,7 +13,7 @@ from fp8ext.gemm import scaled_mm
 from fp8ext.kv_cache import DecodePlan, PagedKVCache, capacity_tokens
 from fp8ext import nn
 from fp8ext.nn import FP8Linear, calibrate, convert
-from fp8ext.quantize import dequantize, quantize
+from fp8ext.quantize import add_rms_norm_quantize, dequantize, quantize, rms_norm_quantize, silu_mul_quantize
 from fp8ext.recipes import BlockWise, CurrentScaling, DelayedScaling, PerTensorStatic, Recipe, RowWise
 from fp8ext.scaling_state import ScalingState
 
@@ -21,7 +21,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "E4M3", "E5M2", "FP8Format", "formats", "recipes", "Recipe", "CurrentScaling", "DelayedScaling",
-    "PerTensorStatic", "RowWise", "BlockWise", "ScalingState", "quantize", "dequantize", "scaled_mm", "nn", "FP8Linear", "convert", "calibrate", "info",
+    "PerTensorStatic", "RowWise", "BlockWise", "ScalingState", "quantize", "dequantize", "rms_norm_quantize",
+    "add_rms_norm_quantize", "silu_mul_quantize", "scaled_mm", "nn", "FP8Linear", "convert", "calibrate", "info",
     "PagedKVCache", "DecodePlan", "capacity_tokens",
 ]
 

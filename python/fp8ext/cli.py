@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     p_serve.add_argument("--modes", nargs="+", help="precision modes (default: all of bf16 bf16+fp8kv w8a8 w8a8+fp8kv)")
     p_report = sub.add_parser("report", help="the FP8 serving study: Markdown, HTML and plots")
     p_report.add_argument("--out", default="fp8ext-report", help="output folder")
-    p_report.add_argument("--quick", action="store_true", help="small slices (about 5 minutes on 2 CPU cores)")
+    p_report.add_argument("--quick", action="store_true", help="small slices (about a minute on 2 CPU cores with --only cpu)")
     p_report.add_argument("--only", choices=("cpu", "gpu"), help="only the model (CPU) or the GPU sections")
     p_report.add_argument("--model", help="a local Hugging Face Llama checkpoint folder (default: SmolLM2-135M)")
     args = parser.parse_args(argv)
