@@ -146,7 +146,7 @@ int64_t split_k_tiles(const ScaledMmProblem& p) {
 // M <= 128 and K >= 12288 only, enough slices for the tiles to fill the SMs
 // once, each at least 3584 of K, at most 4 (the most measured).
 int split_k_rule(const ScaledMmProblem& p) {
-  if (p.m > 128 || p.k < 12288) return 1;
+  if (p.m <= 0 || p.n <= 0 || p.m > 128 || p.k < 12288) return 1;  // no tiles: nothing to split (and no / 0)
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({sm_count() / split_k_tiles(p), p.k / 3584, 4})));
 }
 

@@ -266,7 +266,12 @@ class PagedKVCache:
 
     def attention(self, layer: int, q: torch.Tensor, plan: DecodePlan, softmax_scale: float | None = None,
                   window: int = 0, softcap: float = 0.0) -> torch.Tensor:
-        """Decode attention of q [batch, H_q, D] (one token per sequence of the plan) over the cache."""
+        """Decode attention of q [batch, H_q, D] (one token per sequence of the plan) over the cache.
+
+        On the GPU, FP8 and fp16 caches multiply q by softmax_scale and round it
+        to fp16 for the tensor cores: |q * softmax_scale| must stay below 65504,
+        or that head's output is NaN (the CPU reference computes it in fp32).
+        """
         self._check_layer(layer)
         scale = softmax_scale if softmax_scale is not None else self.head_dim ** -0.5
         return torch.ops.fp8ext.paged_decode_attention(q, self.k[layer], self.v[layer], plan.block_table,

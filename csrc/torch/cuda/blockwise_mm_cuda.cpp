@@ -13,6 +13,7 @@
 
 #include "../tensor_checks.h"
 #include "fp8ext/scaled_mm_blockwise.h"
+#include "cuda_status.h"
 #include "gemm_operands.h"
 
 namespace fp8ext::torch_ops {
@@ -101,7 +102,7 @@ at::Tensor scaled_mm_blockwise_cuda(const at::Tensor& a, const at::Tensor& b, co
   if (const char* why = cuda::blockwise_mm_unsupported_reason(p))
     TORCH_CHECK_VALUE(false, "fp8ext.scaled_mm (block-wise): ", why);
   const cudaError_t err = launch(p, config, a);
-  TORCH_CHECK(err == cudaSuccess, "fp8ext.scaled_mm (block-wise): kernel launch failed: ", cudaGetErrorString(err));
+  check_cuda_status(err, "fp8ext.scaled_mm (block-wise): kernel launch");
   if (d.data_ptr() != out.data_ptr()) out.copy_(d.narrow(1, 0, n));
   return out;
 }

@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include "../tensor_checks.h"
+#include "cuda_status.h"
 #include "fp8ext/paged_kv_cuda.h"
 
 namespace fp8ext::torch_ops {
@@ -68,10 +69,7 @@ void check_device(const at::Tensor& t, const char* name, const at::Tensor& like)
 
 cudaStream_t stream_of(const at::Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.get_device()).stream(); }
 
-void check_launch(cudaError_t err, const char* op) {
-  if (err != cudaSuccess) (void)cudaGetLastError();  // not left for the next launch check to report
-  TORCH_CHECK(err == cudaSuccess, op, ": CUDA error: ", cudaGetErrorString(err));
-}
+void check_launch(cudaError_t err, const char* op) { check_cuda_status(err, op); }
 
 // int32 for the kernel; int64 values that do not fit become -1 (a bad page or
 // length: NaN for that sequence) on the device, not a wrapped-around valid one.

@@ -9,6 +9,7 @@
 
 #include "../quantize_outputs.h"
 #include "../tensor_checks.h"
+#include "cuda_status.h"
 #include "fp8ext/quantize_cuda.h"
 
 namespace fp8ext::torch_ops {
@@ -16,8 +17,11 @@ namespace {
 
 using QuantOut = std::tuple<at::Tensor, at::Tensor>;
 
-void check_cuda(cudaError_t err, const char* what) {
-  TORCH_CHECK(err == cudaSuccess, "fp8ext: ", what, " failed: ", cudaGetErrorString(err));
+void check_cuda(cudaError_t err, const char* what) { check_cuda_status(err, what); }
+
+// The per-row kernels run one block per row (grid x: at most 2^31 - 1 blocks).
+void check_rows_per_block(const ConstMatrix& x, const char* op) {
+  TORCH_CHECK_VALUE(x.rows <= INT32_MAX, op, ": x must have fewer than 2^31 rows, got ", x.rows);
 }
 
 // The quantization kernels are built for the configured archs plus compute_80
@@ -110,6 +114,7 @@ QuantOut rms_norm_quantize_per_row_cuda(const at::Tensor& x, const at::Tensor& w
   check_device(x);
   c10::cuda::CUDAGuard guard(x.device());
   const ConstMatrix in = input_matrix(x, "x");
+  check_rows_per_block(in, "rms_norm_quantize_per_row");
   check_norm_weight(weight, x, in.cols, eps);
   const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
   at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
@@ -127,6 +132,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_quantize_per_row_cud
   check_device(x);
   c10::cuda::CUDAGuard guard(x.device());
   const ConstMatrix in = input_matrix(x, "x");
+  check_rows_per_block(in, "add_rms_norm_quantize_per_row");
   TORCH_CHECK_VALUE(residual.sizes() == x.sizes() && residual.device() == x.device(),
                     "residual must match x (", x.sizes(), " on ", x.device(), "), got ", residual.sizes(), " on ",
                     residual.device());
@@ -151,6 +157,7 @@ QuantOut silu_mul_quantize_per_row_cuda(const at::Tensor& x, at::ScalarType dtyp
   check_device(x);
   c10::cuda::CUDAGuard guard(x.device());
   const ConstMatrix in = input_matrix(x, "x");
+  check_rows_per_block(in, "silu_mul_quantize_per_row");
   TORCH_CHECK_VALUE(in.cols % 2 == 0, "x must be [M, 2 * I] (gate, then up), got ", in.cols, " columns");
   const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
   at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols / 2, pad_k_to));
@@ -159,6 +166,12 @@ QuantOut silu_mul_quantize_per_row_cuda(const at::Tensor& x, at::ScalarType dtyp
                                              s.data_ptr<float>(), stream_of(x)),
              "silu_mul_quantize_per_row");
   return {q, s};
+}
+
+cudaError_t quantize_per_row_launch(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q, float* scale,
+                                    cudaStream_t stream) {
+  check_rows_per_block(x, "quantize_per_row");
+  return cuda::quantize_per_row(x, rule, q, scale, stream);
 }
 
 // Current scaling with its amax workspace.
@@ -175,7 +188,7 @@ TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) {
   m.impl("quantize_with_scale", &quantize_with_scale_cuda);
   m.impl("quantize_per_tensor", &quantize_scaled_cuda<new_scalar_scale, quantize_per_tensor_launch>);
   m.impl("quantize_delayed", &quantize_delayed_cuda);
-  m.impl("quantize_per_row", &quantize_scaled_cuda<new_row_scales, cuda::quantize_per_row>);
+  m.impl("quantize_per_row", &quantize_scaled_cuda<new_row_scales, quantize_per_row_launch>);
   m.impl("quantize_per_group", &quantize_scaled_cuda<new_group_scales, cuda::quantize_per_group>);
   m.impl("quantize_per_block", &quantize_scaled_cuda<new_block_scales, cuda::quantize_per_block>);
   m.impl("rms_norm_quantize_per_row", &rms_norm_quantize_per_row_cuda);

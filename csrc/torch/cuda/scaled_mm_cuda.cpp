@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "../tensor_checks.h"
+#include "cuda_status.h"
 #include "gemm_operands.h"
 #include "fp8ext/scaled_mm.h"
 
@@ -92,7 +93,7 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
                     cuda::gemm_config_name(static_cast<GemmConfig>(config)),
                     " is not instantiated for these operand formats and output dtype (use auto)");
   const cudaError_t err = launch(p, config, a);
-  TORCH_CHECK(err == cudaSuccess, "fp8ext.scaled_mm: kernel launch failed: ", cudaGetErrorString(err));
+  check_cuda_status(err, "fp8ext.scaled_mm: kernel launch");
 
   if (d.data_ptr() == out.data_ptr()) return out;
   at::Tensor result = d.narrow(1, 0, kn);
