@@ -339,3 +339,56 @@ def test_bf16_scales_in_a_checkpoint_become_float32_even_with_assign():
     layer.load_state_dict(sd, assign=True)
     assert layer.weight_scale.dtype == torch.float32
     assert layer(torch.randn(3, 32)).shape == (3, 16)
+
+
+def test_checkpoint_of_another_granularity_is_refused():
+    # Row-wise [2] scales hold as many values as block-wise [1, 2] here: no silent reshape.
+    src = FP8Linear.from_linear(nn.Linear(256, 2), RowWise())
+    dst = FP8Linear(256, 2, recipe=BlockWise())
+    with pytest.raises(RuntimeError, match="size mismatch for weight_scale"):
+        dst.load_state_dict(src.state_dict())
+    # The other libraries' spellings of the same layout still load: [N, 1] and [1].
+    sd = src.state_dict()
+    sd["weight_scale"] = sd["weight_scale"].reshape(2, 1)
+    row = FP8Linear(256, 2, recipe=RowWise())
+    row.load_state_dict(sd)
+    assert torch.equal(row.weight_scale, src.weight_scale)
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_backward_reaches_the_layers_before(recipe, seed):
+    # A frozen FP8 layer passes gradients through: x.grad = grad @ W (dequantized), quantization straight through.
+    first = nn.Linear(16, 40)
+    layer = FP8Linear.from_linear(nn.Linear(40, 24), RECIPES[recipe])
+    layer.bias.requires_grad_(True)
+    x = torch.randn(2, 3, 16)
+    h = first(x)
+    h.retain_grad()
+    y = layer(h)
+    g = torch.randn_like(y)
+    y.backward(g)
+    assert first.weight.grad is not None and first.weight.grad.abs().sum() > 0
+    want = g.reshape(-1, 24).double() @ layer.dequantized_weight().double()
+    assert rel_error(h.grad.reshape(-1, 40), want) < 1e-6
+    assert torch.allclose(layer.bias.grad, g.reshape(-1, 24).sum(0), atol=1e-5)
+    assert layer.weight.grad is None  # the FP8 weight is a buffer
+    if RECIPES[recipe].activation_mode != "delayed":  # (delayed scaling moves its scale at every call)
+        with torch.no_grad():
+            assert torch.equal(layer(h), y), "the forward is the same with and without autograd"
+
+
+def test_backward_in_low_precision_keeps_the_input_dtype(seed):
+    layer = FP8Linear.from_linear(nn.Linear(32, 8).to(torch.bfloat16), RowWise())
+    x = torch.randn(5, 32, dtype=torch.bfloat16, requires_grad=True)
+    layer(x).float().sum().backward()
+    assert x.grad.dtype == torch.bfloat16 and x.grad.shape == x.shape
+
+
+def test_backward_under_compile_fullgraph(seed):
+    layer = FP8Linear.from_linear(nn.Linear(32, 8), RowWise())
+    x = torch.randn(5, 32, requires_grad=True)
+    layer(x).sum().backward()
+    want, x.grad = x.grad, None
+    torch._dynamo.reset()
+    torch.compile(layer, fullgraph=True, backend="aot_eager")(x).sum().backward()
+    assert torch.equal(x.grad, want)

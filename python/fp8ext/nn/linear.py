@@ -36,8 +36,13 @@ class FP8Linear(nn.Module):
 
     Without a GPU the same module runs through the exact CPU reference. The
     block-wise recipe runs the block-wise GEMM with E4M3 operands; with E5M2 it
-    computes through a dequantizing reference path. Inference only: the FP8 ops
-    have no backward.
+    computes through a dequantizing reference path.
+
+    Backward (when grad is enabled and x requires it, e.g. adapters trained
+    on a frozen FP8 base): the gradient of x is ``grad @ W`` with the
+    dequantized weight in float32, the input's quantization passed straight
+    through; the FP8 weight is a buffer and gets none (a bias that requires
+    grad gets its sum).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
@@ -93,9 +98,16 @@ class FP8Linear(nn.Module):
         x2 = x.reshape(math.prod(lead), self.in_features)
         if self._high_precision:
             return self._float_matmul(x2, self.bias, x.dtype).reshape(*lead, self.out_features)
+        if torch.is_grad_enabled() and (x2.requires_grad or (self.bias is not None and self.bias.requires_grad)):
+            y = _StraightThroughFP8Linear.apply(x2, self.bias, self)
+        else:
+            y = self._forward_2d(x2)
+        return y.reshape(*lead, self.out_features)
+
+    def _forward_2d(self, x2: torch.Tensor) -> torch.Tensor:
         q, s = quantize_api.quantize(x2, self.recipe, "activation", state=self._activation_state(),
                                      pad_k_to=K_ALIGN)
-        return self._matmul_quantized(q, s, x.dtype).reshape(*lead, self.out_features)
+        return self._matmul_quantized(q, s, x2.dtype)
 
     def forward_quantized(self, q: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
         """The layer for an input already quantized as its recipe quantizes activations
@@ -204,6 +216,29 @@ class FP8Linear(nn.Module):
                 f"{r.activation_mode}/{r.activation_granularity}" + (", fast_accum" if r.fast_accum else ""))
 
 
+class _StraightThroughFP8Linear(torch.autograd.Function):
+    """The FP8 forward, and the backward of x @ W^T + b with W dequantized (the
+    custom ops have no autograd formula: without this the graph would end at
+    the layer and the layers before it would silently get no gradient)."""
+
+    @staticmethod
+    def forward(ctx, x2, bias, layer):
+        ctx.layer = layer
+        ctx.x_dtype = x2.dtype
+        with torch.no_grad():
+            return layer._forward_2d(x2)
+
+    @staticmethod
+    def backward(ctx, grad):
+        layer = ctx.layer
+        grad_x = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = (grad.float() @ layer.dequantized_weight()).to(ctx.x_dtype)
+        if ctx.needs_input_grad[1]:
+            grad_bias = grad.float().sum(0).to(layer.bias.dtype)
+        return grad_x, grad_bias, None
+
+
 def _adapt_checkpoint(layer: FP8Linear, sd: dict, prefix: str) -> None:
     """Rewrites a layer's checkpoint entries in place into this module's layout."""
     if prefix + "weight_scale_inv" in sd and prefix + "weight_scale" not in sd:
@@ -222,6 +257,9 @@ def _adapt_checkpoint(layer: FP8Linear, sd: dict, prefix: str) -> None:
             continue
         if t.dtype != torch.float32 and t.is_floating_point():
             t = sd[prefix + name] = t.float()  # compressed-tensors may store bf16 scales
-        if t.shape != mine.shape and t.numel() == mine.numel():
-            sd[prefix + name] = t.reshape(mine.shape)  # [N, 1] -> [N], [1] -> []
+        # Only the other libraries' spellings of the same layout: [N, 1] -> [N], [1] -> [].
+        # Any other shape (another granularity with as many values) is left for
+        # load_state_dict to refuse as a size mismatch.
+        if t.shape != mine.shape and (tuple(t.shape) == (*mine.shape, 1) or t.numel() == mine.numel() == 1):
+            sd[prefix + name] = t.reshape(mine.shape)
 
