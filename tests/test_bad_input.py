@@ -100,3 +100,28 @@ def test_shapes_not_multiple_of_16_or_128_are_padded_not_refused():
         assert q.shape == (7, 1712)
         q, s = quantize(torch.randn(1000, 4095), r, role="weight", pad_k_to=16)
         assert q.shape == (1000, 4096)
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("nan"), float("inf"), torch.tensor(0.0)])
+def test_static_scale_must_be_finite_and_positive(scale):
+    with pytest.raises(ValueError, match="scale must be finite and > 0"):
+        ScalingState.from_scale(scale)
+
+
+def test_static_scale_holds_one_value():
+    with pytest.raises(ValueError, match="scale must hold one value"):
+        ScalingState.from_scale(torch.tensor([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("recipe", [CurrentScaling(), RowWise(), BlockWise()], ids=["tensor", "row", "block"])
+def test_rows_expanded_with_stride_0_are_taken(recipe, seed):
+    # nn.Linear takes a broadcast input; so must the quantizers (and FP8Linear): copied, not refused.
+    from fp8ext import formats
+    g = torch.Generator().manual_seed(seed)
+    row = torch.randn(1, 200, generator=g)
+    expanded, copied = row.expand(3, 200), row.expand(3, 200).contiguous()
+    for a, b in zip(quantize(expanded, recipe), quantize(copied, recipe)):
+        assert torch.equal(a.view(torch.uint8) if a.dtype == F8 else a, b.view(torch.uint8) if b.dtype == F8 else b)
+    qw, _ = quantize(expanded, recipe, role="weight")
+    assert torch.equal(qw.view(torch.uint8), quantize(copied, recipe, role="weight")[0].view(torch.uint8))
+    assert torch.equal(formats.cast(expanded).view(torch.uint8), formats.cast(copied).view(torch.uint8))

@@ -392,3 +392,9 @@ def test_backward_under_compile_fullgraph(seed):
     torch._dynamo.reset()
     torch.compile(layer, fullgraph=True, backend="aot_eager")(x).sum().backward()
     assert torch.equal(x.grad, want)
+
+
+def test_broadcast_input_like_nn_linear():
+    layer = FP8Linear(40, 24, recipe=RowWise())
+    row = torch.randn(1, 40)
+    assert torch.equal(layer(row.expand(3, 40)), layer(row.expand(3, 40).contiguous()))

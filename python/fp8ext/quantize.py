@@ -63,7 +63,7 @@ def quantize(x: torch.Tensor, recipe: Recipe, role: str = "activation", state: S
     if role == "weight":
         if x.dim() != 2:
             raise ValueError(f"x must be a 2-D [N, K] weight for role='weight', got shape {tuple(x.shape)}")
-        x2 = x if x.stride(-1) == 1 else x.contiguous()
+        x2 = as_kernel_matrix(x)
         dtype = recipe.weight_format.torch_dtype
         op = {"per_tensor": torch.ops.fp8ext.quantize_per_tensor,
               "per_channel": torch.ops.fp8ext.quantize_per_row,
@@ -103,8 +103,17 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     """x [..., K] as a [M, K] matrix with unit column stride (callers have run _native.check_input)."""
     if x.dim() < 1:
         raise ValueError("x must have at least one dimension [..., K], got a 0-d tensor")
-    x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
-    return x2 if x2.stride(-1) == 1 else x2.contiguous()
+    return as_kernel_matrix(x.reshape(math.prod(x.shape[:-1]), x.shape[-1]))
+
+
+def as_kernel_matrix(x2: torch.Tensor) -> torch.Tensor:
+    """A 2-D x2 as the kernels read it: unit column stride and rows that do not
+    overlap. Anything else (a transposed view, rows expanded with stride 0) is
+    copied first."""
+    rows, cols = x2.shape
+    if (cols > 1 and x2.stride(1) != 1) or (rows > 1 and x2.stride(0) < cols):
+        return x2.contiguous()
+    return x2
 
 
 def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float, recipe: Recipe,

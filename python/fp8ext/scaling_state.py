@@ -1,6 +1,8 @@
 """Device-side state of delayed and static scaling, kept apart from recipes."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from fp8ext.recipes import Recipe
@@ -43,8 +45,17 @@ class ScalingState:
 
     @classmethod
     def from_scale(cls, scale, device=None) -> "ScalingState":
-        """A static state holding a calibrated dequantization scale (float or tensor)."""
+        """A static state holding a calibrated dequantization scale (float or tensor).
+        A scale given on the host must be finite and > 0 (0 would quantize
+        everything to +-max and dequantize it to 0); one already on a GPU is
+        not read back (no synchronisation)."""
+        if isinstance(scale, torch.Tensor) and scale.numel() != 1:
+            raise ValueError(f"scale must hold one value, got shape {tuple(scale.shape)}")
         s = torch.as_tensor(scale, dtype=torch.float32, device=device).reshape(()).clone()
+        if not (isinstance(scale, torch.Tensor) and scale.device.type != "cpu"):
+            value = float(s.cpu() if s.device.type != "cpu" else s)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"scale must be finite and > 0, got {value}")
         return cls(torch.zeros(1, dtype=torch.float32, device=s.device), s)
 
     @property
