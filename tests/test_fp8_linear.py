@@ -398,3 +398,20 @@ def test_broadcast_input_like_nn_linear():
     layer = FP8Linear(40, 24, recipe=RowWise())
     row = torch.randn(1, 40)
     assert torch.equal(layer(row.expand(3, 40)), layer(row.expand(3, 40).contiguous()))
+
+
+def test_convert_checks_everything_before_swapping_anything():
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8).double(), nn.Linear(8, 4))
+    summary = convert(model, RowWise())
+    assert [name for name, _ in summary.converted] == ["0", "2"]
+    assert summary.skipped == [("1", "weight is torch.float64 (FP8Linear takes float32, float16, bfloat16)")]
+    assert type(model[1]) is nn.Linear
+    with pytest.raises(ValueError, match="use fp8ext.FP8Linear.from_linear"):
+        convert(nn.Linear(8, 8))
+    for bad in (5, [None], ["0", 3]):
+        with pytest.raises(TypeError, match="include must be a name pattern"):
+            convert(nn.Sequential(nn.Linear(8, 8)), include=bad)
+    plain = nn.Sequential(nn.Linear(8, 8))
+    with pytest.warns(UserWarning, match="matches no nn.Linear"):
+        assert not convert(plain, include="decoder.*").converted
+    assert type(plain[0]) is nn.Linear

@@ -9,6 +9,7 @@ from typing import Callable, Iterable, Union
 
 from torch import nn
 
+from fp8ext import _native
 from fp8ext.nn.gptq import fp8_layer, input_hessians
 from fp8ext.recipes import CurrentScaling, Recipe
 
@@ -51,12 +52,20 @@ def _matches(selectors: Iterable[Selector], name: str, module: nn.Module) -> boo
     return False
 
 
-def _as_list(sel) -> list:
+def _as_list(sel, what: str) -> list:
     if sel is None:
         return []
-    if isinstance(sel, str) or callable(sel):
-        return [sel]
-    return list(sel)
+    items = [sel] if isinstance(sel, str) or callable(sel) else None
+    if items is None:
+        try:
+            items = list(sel)
+        except TypeError:
+            items = [sel]
+    for item in items:
+        if not (isinstance(item, str) or callable(item)):
+            raise TypeError(f"{what} must be a name pattern (str), a callable (name, module) -> bool, or a list "
+                            f"of them, got {item!r}")
+    return items
 
 
 def _tied_to_embedding(model: nn.Module) -> set:
@@ -75,13 +84,16 @@ def _output_embeddings(model: nn.Module):
 def select_linears(model: nn.Module, include=None, exclude=None, keep_lm_head: bool = True):
     """(targets, skipped): the names of the nn.Linear modules convert() would replace,
     and (name, reason) for the ones it keeps in high precision."""
-    include_l, exclude_l = _as_list(include), _as_list(exclude)
+    include_l, exclude_l = _as_list(include, "include"), _as_list(exclude, "exclude")
     tied = _tied_to_embedding(model)
     head = _output_embeddings(model)
     targets, skipped = [], []
     for name, module in model.named_modules():
         if type(module) is not nn.Linear:  # subclasses may carry their own forward
             continue
+        if name == "":
+            raise ValueError("model is itself an nn.Linear: convert replaces submodules; use "
+                             "fp8ext.FP8Linear.from_linear(model, recipe) for a single layer")
         if keep_lm_head and (module is head or _matches(LM_HEAD_NAMES, name, module)):
             skipped.append((name, "LM head (high precision by default)"))
         elif id(module.weight) in tied:
@@ -90,8 +102,12 @@ def select_linears(model: nn.Module, include=None, exclude=None, keep_lm_head: b
             skipped.append((name, "not included"))
         elif _matches(exclude_l, name, module):
             skipped.append((name, "excluded"))
+        elif module.weight.dtype not in _native.INPUT_DTYPES:
+            skipped.append((name, f"weight is {module.weight.dtype} (FP8Linear takes float32, float16, bfloat16)"))
         else:
             targets.append(name)
+    if include_l and not any(_matches(include_l, n, m) for n, m in model.named_modules() if type(m) is nn.Linear):
+        warnings.warn(f"include={include!r} matches no nn.Linear of the model: nothing is converted", stacklevel=3)
     return targets, skipped
 
 
