@@ -171,6 +171,19 @@ def test_leading_dims_and_bad_arguments():
         silu_mul_quantize(x, CurrentScaling())
 
 
+@each_device
+def test_block_wise_fp8_linear_takes_its_own_group_quantized_input(device, seed):
+    from fp8ext.nn.linear import FP8Linear
+    layer = FP8Linear.from_linear(torch.nn.Linear(300, 24), BlockWise()).to(device)
+    x = random_input((7, 300), torch.float32, seed).to(device)
+    q, s = quantize(x, BlockWise(), pad_k_to=16)
+    assert s.shape == (7, 3)
+    assert torch.equal(layer.forward_quantized(q, s, torch.float32), layer(x))
+    qr, sr = quantize(x, RowWise())
+    with pytest.raises(ValueError, match=r"scale must be a float32 tensor of shape \[7, 3\] \(1x128 groups\)"):
+        layer.forward_quantized(qr, sr, torch.float32)
+
+
 def test_fp8_linear_takes_the_fused_input_as_its_own(seed):
     from fp8ext.nn.linear import FP8Linear
     layer = FP8Linear.from_linear(torch.nn.Linear(100, 24, dtype=torch.bfloat16), RowWise())

@@ -112,10 +112,11 @@ class FP8Linear(nn.Module):
     def forward_quantized(self, q: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
         """The layer for an input already quantized as its recipe quantizes activations
         with current scaling, e.g. fused with the norm before it
-        (:func:`fp8ext.quantize.rms_norm_quantize`): q ``[M, K]`` (K may be padded to a
-        multiple of 16 with zeros) and its float32 scale (per-token ``[M]``, or 0-d);
-        returns ``[M, out_features]`` in out_dtype. Not a module call: forward hooks
-        do not run."""
+        (:func:`fp8ext.rms_norm_quantize`): q ``[M, K]`` (K may be padded to a
+        multiple of 16 with zeros) and its float32 scale: 0-d or per-token ``[M]``,
+        or, for block-wise layers, 1x128 group scales ``[M, ceil(K/128)]`` as
+        :func:`fp8ext.quantize` returns them. Returns ``[M, out_features]`` in
+        out_dtype. Not a module call: forward hooks do not run."""
         if self._high_precision:
             raise RuntimeError("forward_quantized inside high_precision(): the layer must see its unquantized input")
         if self.recipe.activation_mode != "current":
@@ -130,9 +131,12 @@ class FP8Linear(nn.Module):
         if q.dtype != self.recipe.activation_format.torch_dtype:
             raise TypeError(f"q must be {self.recipe.activation_format.torch_dtype} (the recipe's activation "
                             f"format), got {q.dtype}")
+        blocks = self.recipe.weight_granularity == "block"
+        shapes = ((q.shape[0], -(-self.in_features // 128)),) if blocks else ((), (q.shape[0],))
         if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or scale.device != q.device or \
-                scale.shape not in ((), (q.shape[0],)):
-            raise ValueError(f"scale must be a float32 tensor of shape () or [{q.shape[0]}] on {q.device}, got "
+                tuple(scale.shape) not in shapes:
+            want = f"[{q.shape[0]}, {shapes[0][1]}] (1x128 groups)" if blocks else f"() or [{q.shape[0]}]"
+            raise ValueError(f"scale must be a float32 tensor of shape {want} on {q.device}, got "
                              f"{(scale.dtype, tuple(scale.shape), scale.device) if isinstance(scale, torch.Tensor) else scale}")
         if q.shape[1] != width:
             q = pad_cols(q, K_ALIGN)
