@@ -115,6 +115,23 @@ def test_calibrate_errors():
         fp8ext.calibrate(Model(), [], progress=False)
     with pytest.raises(TypeError, match="model must be"):
         fp8ext.calibrate(object(), [1])
+    x = torch.randn(2, 3, 64)
+    for bad in (200, -65):
+        with pytest.raises(ValueError, match=r"margin must be in \[-64, 64\]"):
+            fp8ext.calibrate(Model(), [x], margin=bad, progress=False)
+    static = Model()
+    with pytest.warns(UserWarning, match="static recipe"):
+        convert(static, PerTensorStatic(margin=40))
+    with pytest.raises(ValueError, match=r"margin \+ layers.0.q_proj's recipe margin must be in"):
+        fp8ext.calibrate(static, [x], margin=30, progress=False)
+    for bad in (-16, 0, 2.5, True):
+        with pytest.raises(ValueError, match="head_dim must be an int >= 1"):
+            fp8ext.calibrate(Model(), [x], head_dim=bad, progress=False)
+    with pytest.raises(ValueError, match="head_dim=7 does not divide layers.0.k_proj's output width 32"):
+        fp8ext.calibrate(Model(), [x], head_dim=7, progress=False)
+    result = fp8ext.calibrate(Model(), [x], head_dim=16, progress=False)
+    with pytest.raises(ValueError, match="margin must be in"):
+        result.kv_scales(margin=500)
 
 
 def test_progress_is_printed(capsys):

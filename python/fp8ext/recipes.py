@@ -35,6 +35,14 @@ MAX_MARGIN = 64
 GROUP_SIZE = 128  # 1x128 activation groups and 128x128 weight blocks (DeepSeek-V3)
 
 
+def check_margin(margin, name: str = "margin") -> None:
+    """A scale headroom in powers of two: an int in [-MAX_MARGIN, MAX_MARGIN]."""
+    if isinstance(margin, bool) or not isinstance(margin, int):
+        raise TypeError(f"{name} must be an int, got {type(margin).__name__}")
+    if abs(margin) > MAX_MARGIN:
+        raise ValueError(f"{name} must be in [-{MAX_MARGIN}, {MAX_MARGIN}], got {margin}")
+
+
 def _choice(name: str, value, allowed) -> None:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
@@ -82,10 +90,7 @@ class Recipe:
         _choice("amax_compute_algo", self.amax_compute_algo, AMAX_COMPUTE_ALGOS)
         object.__setattr__(self, "weight_format", get_format(self.weight_format))
         object.__setattr__(self, "activation_format", get_format(self.activation_format))
-        if isinstance(self.margin, bool) or not isinstance(self.margin, int):
-            raise TypeError(f"margin must be an int, got {type(self.margin).__name__}")
-        if abs(self.margin) > MAX_MARGIN:
-            raise ValueError(f"margin must be in [-{MAX_MARGIN}, {MAX_MARGIN}], got {self.margin}")
+        check_margin(self.margin)
         if not isinstance(self.fast_accum, bool):
             raise TypeError(f"fast_accum must be a bool, got {type(self.fast_accum).__name__}")
         if not isinstance(self.amax_history_len, int) or self.amax_history_len < 1:

@@ -16,6 +16,7 @@ from fp8ext.formats import E4M3, FP8Format, get_format
 from fp8ext.nn.batches import eval_mode, run_model
 from fp8ext.nn.linear import FP8Linear
 from fp8ext.ops.reference import amax_finite, scale_from_amax
+from fp8ext.recipes import check_margin
 
 KV_PROJ_NAMES = ("k_proj", "v_proj")  # the last name component (not qkv_proj / kv_proj)
 
@@ -31,6 +32,7 @@ class CalibrationResult:
     def kv_scales(self, fmt: FP8Format | str = E4M3, margin: int = 0) -> dict:
         """attention name -> {"k_scale": [H], "v_scale": [H]}: dequantization scales for an FP8 KV cache."""
         dtype = get_format(fmt).torch_dtype
+        check_margin(margin)
         return {name: {f"{kv}_scale": scale_from_amax(amax, dtype, margin, False) for kv, amax in d.items()}
                 for name, d in self.kv_amax.items()}
 
@@ -57,6 +59,8 @@ def _progress(batches, enabled: bool):
 
 def _head_dim(model: nn.Module, head_dim: int | None) -> int | None:
     if head_dim is not None:
+        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+            raise ValueError(f"head_dim must be an int >= 1 or None, got {head_dim!r}")
         return head_dim
     cfg = getattr(model, "config", None)
     if cfg is None:
@@ -85,14 +89,19 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
     ``head_dim`` splits the K/V projections' outputs into heads; it defaults to
     ``model.config.head_dim`` (or hidden_size / num_attention_heads) when the
     model has a Hugging Face config, else K/V amax is recorded per tensor (H = 1).
+    Given explicitly, it must divide every K/V projection's output width.
+    ``margin`` is an int; with each static layer's own margin it must stay in
+    [-64, 64].
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if isinstance(margin, bool) or not isinstance(margin, int):
-        raise TypeError(f"margin must be an int, got {type(margin).__name__}")
+    check_margin(margin)
     result = CalibrationResult()
     hd = _head_dim(model, head_dim)
     fp8_layers = {name: m for name, m in model.named_modules() if isinstance(m, FP8Linear)}
+    for name, m in fp8_layers.items():
+        if m.recipe.activation_mode == "static":
+            check_margin(m.recipe.margin + margin, f"margin + {name}'s recipe margin")
     kv_layers = {name: m for name, m in model.named_modules()
                  if isinstance(m, (nn.Linear, FP8Linear)) and name.rpartition(".")[2] in KV_PROJ_NAMES}
 
@@ -109,6 +118,8 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
 
         def hook(_module, _args, out):
             o = out.reshape(-1, out.shape[-1])
+            if head_dim is not None and o.shape[-1] % head_dim:
+                raise ValueError(f"head_dim={head_dim} does not divide {name}'s output width {o.shape[-1]}")
             heads = o.shape[-1] // hd if hd and o.shape[-1] % hd == 0 else 1
             amax = amax_finite(o.reshape(o.shape[0], heads, -1), dim=(0, 2))
             d = result.kv_amax.setdefault(attn, {})
