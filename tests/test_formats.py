@@ -83,6 +83,18 @@ def test_non_saturating_cast_matches_torch(fmt, seed):
 
 
 @pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.name)
+def test_python_reference_casts_match_the_native_op(fmt, seed):
+    # ops.reference serves GPUs without our kernels: it must not follow this torch's `.to()` rules.
+    from fp8ext.ops import reference
+    specials = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 1e-45, 3e38, -3e38])
+    for x in [_all_16bit(torch.bfloat16), _boundary_floats(fmt), _random_floats(200_000, seed), specials]:
+        for saturate in (True, False):
+            want = formats.cast(x, fmt, saturate=saturate).view(torch.uint8)
+            got = reference.cast_to_fp8(x.float().reshape(1, -1), fmt.torch_dtype, saturate).view(torch.uint8)
+            assert torch.equal(got.reshape(want.shape), want), (x.dtype, saturate)
+
+
+@pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.name)
 def test_saturating_cast_is_clamp_then_round(fmt, seed):
     for x in [_all_16bit(torch.bfloat16), _all_16bit(torch.float16), _boundary_floats(fmt),
               _random_floats(200_000, seed)]:

@@ -339,6 +339,24 @@ def test_bad_input_raises_clear_errors():
         cache.append(0, -1)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("kw, match", [
+    (dict(softcap=float("inf")), "softcap must be finite and >= 0"),
+    (dict(softcap=float("nan")), "softcap must be finite and >= 0"),
+    (dict(softcap=-1.0), "softcap must be finite and >= 0"),
+    (dict(softmax_scale=float("nan")), "softmax_scale must be finite"),
+])
+def test_non_finite_attention_settings_are_refused(device, kw, match):
+    cache = make_cache(pages=8, page_size=16, device=device)
+    cache.append(0, 20)
+    plan = cache.plan([0])
+    args = dict(softmax_scale=0.125, num_splits=plan.num_splits, window=0, softcap=0.0) | kw
+    with pytest.raises(ValueError, match=match):
+        torch.ops.fp8ext.paged_decode_attention(torch.randn(1, 4, 64, device=device), cache.k[0], cache.v[0],
+                                                plan.block_table, plan.seq_lens, cache.k_scale[0],
+                                                cache.v_scale[0], **args)
+
+
 def test_compiles_fullgraph(seed):
     cache = make_cache(pages=8, page_size=16)
     data = fill(cache, [20, 3])

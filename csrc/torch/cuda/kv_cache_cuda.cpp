@@ -8,6 +8,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <cmath>
+
 #include "../tensor_checks.h"
 #include "cuda_status.h"
 #include "fp8ext/paged_kv_cuda.h"
@@ -169,7 +171,9 @@ at::Tensor paged_decode_attention_cuda(const at::Tensor& q, const at::Tensor& k_
   TORCH_CHECK_VALUE(num_splits >= 1 && num_splits <= 65535, "num_splits must be in [1, 65535], got ", num_splits);
   TORCH_CHECK_VALUE(window >= 0 && window <= INT32_MAX, "window must be in [0, 2^31) (0: no sliding window), got ",
                     window);
-  TORCH_CHECK_VALUE(softcap >= 0, "softcap must be >= 0 (0: none), got ", softcap);
+  TORCH_CHECK_VALUE(std::isfinite(softcap) && softcap >= 0, "softcap must be finite and >= 0 (0: none), got ",
+                    softcap);
+  TORCH_CHECK_VALUE(std::isfinite(softmax_scale), "softmax_scale must be finite, got ", softmax_scale);
   TORCH_CHECK_VALUE(batch <= 65535, "batch must be at most 65535, got ", batch);
   TORCH_CHECK_VALUE(k_pool.num_pages * k_pool.page_size <= INT32_MAX,
                     "k_cache must hold fewer than 2^31 tokens (num_pages x page_size) on CUDA, got ",

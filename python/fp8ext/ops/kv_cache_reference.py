@@ -14,6 +14,8 @@ Numerics, which the CUDA kernels must match:
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from fp8ext._native import INPUT_DTYPES
@@ -132,8 +134,8 @@ def check_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
     if window < 0:
         raise ValueError(f"window must be >= 0 (0: no sliding window), got {window}")
-    if softcap < 0:
-        raise ValueError(f"softcap must be >= 0 (0: none), got {softcap}")
+    if not (math.isfinite(softcap) and softcap >= 0):
+        raise ValueError(f"softcap must be finite and >= 0 (0: none), got {softcap}")
 
 
 def _check_pages(block_table, seq_lens, num_pages: int, page_size: int) -> None:
@@ -157,6 +159,8 @@ def gather(cache: torch.Tensor, scale: torch.Tensor, pages: torch.Tensor, length
 def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, softmax_scale,
                            num_splits=1, window=0, softcap=0.0):
     check_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, num_splits, window, softcap)
+    if not math.isfinite(softmax_scale):
+        raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
     num_pages, page_size, heads, dim = k_cache.shape
     _check_pages(block_table, seq_lens, num_pages, page_size)
     group = q.shape[1] // heads

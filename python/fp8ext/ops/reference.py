@@ -61,8 +61,27 @@ def pad_cols(q: torch.Tensor, pad_k_to: int) -> torch.Tensor:
     return out
 
 
+# Non-saturating casts (torch <= 2.11's `.to(float8)`, the OCP rule): a magnitude
+# that rounds past the max becomes NaN (E4M3, code 0x7F) or Inf (E5M2, 0x7C),
+# sign kept. Rounding passes the max above the midpoint to the next step up
+# (E4M3 448 + 16, E5M2 57344 + 4096), and at the midpoint itself where the max's
+# mantissa is odd (E5M2: ties go to the even 65536). Written out because newer
+# torch saturates in `.to()`.
+_OVERFLOW = {torch.float8_e4m3fn: (464.0, False, 0x7F), torch.float8_e5m2: (61440.0, True, 0x7C)}
+
+
+def nonsaturating_cast(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    f = v.float()
+    mid, tie_overflows, code = _OVERFLOW[dtype]
+    a = f.abs()
+    over = (a > mid) | (a == mid) if tie_overflows else a > mid
+    bits = saturating_cast(f, dtype).view(torch.uint8)
+    overflow = torch.where(torch.signbit(f), code | 0x80, code).to(torch.uint8)
+    return torch.where(over, overflow, bits).view(dtype)
+
+
 def cast_to_fp8(x, dtype, saturate):
-    return saturating_cast(x, dtype) if saturate else x.float().to(dtype)
+    return saturating_cast(x, dtype) if saturate else nonsaturating_cast(x, dtype)
 
 
 def quantize_with_scale(x, scale, dtype, pad_k_to):
