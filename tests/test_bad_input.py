@@ -125,3 +125,29 @@ def test_rows_expanded_with_stride_0_are_taken(recipe, seed):
     qw, _ = quantize(expanded, recipe, role="weight")
     assert torch.equal(qw.view(torch.uint8), quantize(copied, recipe, role="weight")[0].view(torch.uint8))
     assert torch.equal(formats.cast(expanded).view(torch.uint8), formats.cast(copied).view(torch.uint8))
+
+
+def test_small_api_arguments_are_checked_by_name():
+    from fp8ext import PagedKVCache, capacity_tokens
+    from fp8ext.kv_cache import plan_splits
+    from fp8ext.quantize import silu_mul_quantize
+    with pytest.raises(ValueError, match="q must have at least one dimension"):
+        dequantize(torch.tensor(1.0).to(F8), torch.tensor(1.0))
+    q, s = silu_mul_quantize(torch.randn(4, 0), RowWise())  # I = 0: an empty output, not an unpack error
+    assert q.shape == (4, 0) and s.shape == (4,)
+    for bad in (0, -1, True):
+        with pytest.raises(ValueError, match="history_len must be an int >= 1"):
+            ScalingState.create(history_len=bad)
+    with pytest.raises(TypeError, match="power_of_two_scales must be a bool"):
+        CurrentScaling(power_of_two_scales="yes")
+    with pytest.raises(ValueError, match="amax_history_len must be an int >= 1"):
+        DelayedScaling(amax_history_len=True)
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ValueError, match="max_pages_per_seq must be a positive int"):
+            PagedKVCache(1, 2, 64, 8, 16, torch.bfloat16, max_pages_per_seq=bad)
+    with pytest.raises(ValueError, match="page_size must be a positive int"):
+        capacity_tokens(1 << 30, 32, 8, 128, torch.bfloat16, page_size=0)
+    with pytest.raises(ValueError, match="num_sms must be a positive int"):
+        plan_splits(1, 8, 4096, num_sms=0)
+    with pytest.raises(TypeError, match=r"scales\[0\]\['k_scale'\] must be a float"):
+        PagedKVCache(1, 2, 64, 8, 16, torch.bfloat16, scales=[{"k_scale": "a", "v_scale": 1.0}])

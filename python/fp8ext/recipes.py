@@ -93,7 +93,10 @@ class Recipe:
         check_margin(self.margin)
         if not isinstance(self.fast_accum, bool):
             raise TypeError(f"fast_accum must be a bool, got {type(self.fast_accum).__name__}")
-        if not isinstance(self.amax_history_len, int) or self.amax_history_len < 1:
+        if not isinstance(self.power_of_two_scales, bool):
+            raise TypeError(f"power_of_two_scales must be a bool, got {type(self.power_of_two_scales).__name__}")
+        if isinstance(self.amax_history_len, bool) or not isinstance(self.amax_history_len, int) or \
+                self.amax_history_len < 1:
             raise ValueError(f"amax_history_len must be an int >= 1, got {self.amax_history_len!r}")
         if self.activation_mode != "current" and self.activation_granularity != "per_tensor":
             raise ValueError(

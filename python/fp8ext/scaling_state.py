@@ -40,6 +40,8 @@ class ScalingState:
     def create(cls, recipe: Recipe | None = None, history_len: int | None = None, device=None) -> "ScalingState":
         """A fresh state: zero history (length from the recipe unless given), scale 1."""
         n = history_len if history_len is not None else (recipe.amax_history_len if recipe else 1)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"history_len must be an int >= 1, got {n!r}")
         return cls(torch.zeros(n, dtype=torch.float32, device=device),
                    torch.ones((), dtype=torch.float32, device=device))
 

@@ -45,7 +45,8 @@ def silu_mul_quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
     gate_up output), each op rounded to x's dtype as PyTorch does."""
     if x.shape[-1] % 2:
         raise ValueError(f"x must be [M, 2 * I] (gate, then up), got {x.shape[-1]} columns")
-    gate, up = x.split(x.shape[-1] // 2, dim=-1)
+    half = x.shape[-1] // 2
+    gate, up = x[..., :half], x[..., half:]  # (split() refuses a split size of 0: I = 0 is an empty output)
     return torch.ops.fp8ext.quantize_per_row(F.silu(gate) * up, dtype, margin, power_of_two, pad_k_to)
 
 
