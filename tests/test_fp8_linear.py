@@ -415,3 +415,18 @@ def test_convert_checks_everything_before_swapping_anything():
     with pytest.warns(UserWarning, match="matches no nn.Linear"):
         assert not convert(plain, include="decoder.*").converted
     assert type(plain[0]) is nn.Linear
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_pickle_and_deepcopy_round_trip(recipe, seed):
+    # multiprocessing pickles modules; torch 2.14 cannot pickle float8 tensors by itself.
+    import copy
+    import pickle
+    layer = FP8Linear.from_linear(nn.Linear(40, 24), RECIPES[recipe])
+    twins = [pickle.loads(pickle.dumps(layer)), copy.deepcopy(layer)]
+    x = torch.randn(3, 40)
+    want = layer(x)  # every copy starts from the same state (delayed scaling moves it per call)
+    for twin in twins:
+        assert twin.weight.dtype == layer.weight.dtype
+        assert torch.equal(twin.weight.view(torch.uint8), layer.weight.view(torch.uint8))
+        assert torch.equal(twin(x), want)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -213,11 +214,35 @@ class FP8Linear(nn.Module):
             self._buffers[name] = fn(t) if probe.dtype == t.dtype else t.to(probe.device)
         return self
 
+    # torch 2.14 cannot pickle float8 tensors (UntypedStorage has no dtype), and
+    # multiprocessing, Ray and friends pickle modules: the FP8 buffers travel as
+    # their uint8 bits and are viewed back on arrival.
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_buffers"] = {name: _Fp8Bits(t.view(torch.uint8), t.dtype) if _is_fp8(t) else t
+                             for name, t in state["_buffers"].items()}
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        state["_buffers"] = {name: t.bits.view(t.dtype) if isinstance(t, _Fp8Bits) else t
+                             for name, t in state["_buffers"].items()}
+        super().__setstate__(state)
+
     def extra_repr(self) -> str:
         r = self.recipe
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"weight={r.weight_format.name}/{r.weight_granularity}, activation={r.activation_format.name}/"
                 f"{r.activation_mode}/{r.activation_granularity}" + (", fast_accum" if r.fast_accum else ""))
+
+
+class _Fp8Bits(NamedTuple):
+    bits: torch.Tensor  # uint8 view of an FP8 buffer
+    dtype: torch.dtype
+
+
+def _is_fp8(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 class _StraightThroughFP8Linear(torch.autograd.Function):
