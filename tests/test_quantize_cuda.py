@@ -248,3 +248,16 @@ def test_cuda_per_tensor_kept_pass_graph_replays(seed, monkeypatch):
         torch.cuda.synchronize()
         q_cpu, s_cpu = per_tensor(x.cpu())
         assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu), step
+
+
+def test_per_row_ops_refuse_2_to_the_31_rows_by_name():
+    # One block per row: the grid's x dimension holds at most 2^31 - 1 (4 GiB of bf16 here).
+    x = torch.empty(2**31, 1, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="quantize_per_row: x must have fewer than 2\\^31 rows"):
+        torch.ops.fp8ext.quantize_per_row(x, torch.float8_e4m3fn, 0, False, 0)
+    w = torch.ones(1, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="rms_norm_quantize_per_row: x must have fewer than 2\\^31 rows"):
+        torch.ops.fp8ext.rms_norm_quantize_per_row(x, w, 1e-5, torch.float8_e4m3fn, 0, False, 0)
+    del x
+    # The next op runs cleanly: nothing was launched, no error is left behind.
+    assert torch.equal(torch.ones(4, device="cuda").sum().cpu(), torch.tensor(4.0))
