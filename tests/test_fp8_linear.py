@@ -359,7 +359,8 @@ def test_checkpoint_of_another_granularity_is_refused():
 def test_backward_reaches_the_layers_before(recipe, seed):
     # A frozen FP8 layer passes gradients through: x.grad = grad @ W (dequantized), quantization straight through.
     first = nn.Linear(16, 40)
-    layer = FP8Linear.from_linear(nn.Linear(40, 24), RECIPES[recipe])
+    layer_src = nn.Linear(40, 24)
+    layer = FP8Linear.from_linear(layer_src, RECIPES[recipe])
     layer.bias.requires_grad_(True)
     x = torch.randn(2, 3, 16)
     h = first(x)
@@ -368,8 +369,13 @@ def test_backward_reaches_the_layers_before(recipe, seed):
     g = torch.randn_like(y)
     y.backward(g)
     assert first.weight.grad is not None and first.weight.grad.abs().sum() > 0
-    want = g.reshape(-1, 24).double() @ layer.dequantized_weight().double()
+    # The weight rebuilt by hand from its codes and scales (not dequantized_weight, which backward uses).
+    codes, s = layer.weight[:, :40].double(), layer.weight_scale.double()
+    w = codes * (s if s.dim() == 0 else s[:, None] if s.dim() == 1 else
+                 s.repeat_interleave(128, 0)[:24].repeat_interleave(128, 1)[:, :40])
+    want = g.reshape(-1, 24).double() @ w
     assert rel_error(h.grad.reshape(-1, 40), want) < 1e-6
+    assert rel_error(h.grad.reshape(-1, 40), g.reshape(-1, 24).double() @ layer_src.weight.double()) < W8A8_TOLERANCE
     assert torch.allclose(layer.bias.grad, g.reshape(-1, 24).sum(0), atol=1e-5)
     assert layer.weight.grad is None  # the FP8 weight is a buffer
     if RECIPES[recipe].activation_mode != "delayed":  # (delayed scaling moves its scale at every call)

@@ -104,6 +104,22 @@ def test_silu_mul_quantize_is_the_unfused_path(dtype, fp8, shape, device, seed):
     expect_unfused_result(q, s, want_q, want_s, fp8, shape[1] // 2, exact=device == "cpu")
 
 
+@each_dtype
+@each_fp8
+@pytest.mark.parametrize("shape", SWIGLU_SHAPES, ids=str)
+def test_silu_mul_quantize_matches_silu_written_out(dtype, fp8, shape, seed):
+    """Against silu(g) = g / (1 + exp(-g)) in float64, rounded to x's dtype, times up (not
+    F.silu, which the CPU op itself calls): the same codes but where a double rounding of
+    silu moves one by an FP8 step."""
+    x = random_input(shape, dtype, seed, non_finite=shape[0] > 2, zero_row=True)
+    recipe = RowWise(activation_format=fp8, weight_format=fp8)
+    gate, up = x[:, :shape[1] // 2], x[:, shape[1] // 2:]
+    g = gate.double()
+    want_q, want_s = quantize((g / (1 + torch.exp(-g))).to(dtype) * up, recipe, pad_k_to=16)
+    q, s = silu_mul_quantize(x, recipe, pad_k_to=16)
+    expect_unfused_result(q, s, want_q, want_s, fp8, shape[1] // 2, exact=False)
+
+
 def strided(t, device):
     """t on `device` as a view whose rows are 3 elements further apart than its width (unaligned:
     the kernels' element-wise loads; Tensor.to would make a strided view contiguous)."""

@@ -46,6 +46,8 @@ def test_gptq_keeps_the_scales_and_lowers_the_output_error(seed, recipe, n, k, b
     want = x @ linear.weight.detach().T
     e_nearest, e_gptq = output_error(nearest, x, want), output_error(layer, x, want)
     assert e_gptq < bound * e_nearest, (e_gptq, e_nearest)
+    # The noisy shapes' bounds sit above 1, which a GPTQ that did nothing would meet: it must move codes.
+    assert not torch.equal(layer.weight.view(torch.uint8), nearest.weight.view(torch.uint8))
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=IDS)

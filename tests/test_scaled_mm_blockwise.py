@@ -7,7 +7,7 @@ import torch
 
 import fp8ext
 from fp8ext.ops.gemm_reference import is_blockwise
-from gemm_cases import (F8, TOLERANCE, block_operands, block_reference, compiled_matches_eager, last_group_errors,
+from gemm_cases import (CPU_TOLERANCE, F8, block_operands, block_reference, compiled_matches_eager, last_group_errors,
                         operands, outlier_errors, reference, rel_error)
 
 
@@ -19,7 +19,7 @@ def test_reference_matches_float64(m, n, k, out_dtype, m_major, seed):
     a, b, sa, sb, bias = block_operands(m, n, k, "cpu", out_dtype, g, m_major)
     d = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=out_dtype, bias=bias)
     assert d.dtype == out_dtype and d.shape == (m, n)
-    assert rel_error(d, block_reference(a, b, sa, sb, bias)) < TOLERANCE[out_dtype]
+    assert rel_error(d, block_reference(a, b, sa, sb, bias)) < CPU_TOLERANCE[out_dtype]
 
 
 def test_a_wrong_block_scale_shows(seed):
@@ -56,7 +56,7 @@ def test_per_channel_row_that_looks_like_blocks_stays_per_channel(seed):
     g = torch.Generator().manual_seed(seed)
     a, b, sa, sb, _ = operands(5, 16, 2048, "cpu", generator=g)
     d = fp8ext.scaled_mm(a, b, sa, sb.reshape(1, 16), out_dtype=torch.float32)
-    assert rel_error(d, reference(a, b, sa, sb, None)) < TOLERANCE[torch.float32]
+    assert rel_error(d, reference(a, b, sa, sb, None)) < CPU_TOLERANCE[torch.float32]
 
 
 def test_k0_and_n0_through_scaled_mm():
@@ -71,7 +71,7 @@ def test_k0_and_n0_through_scaled_mm():
 
 def test_partial_last_group_alone(seed):
     whole, last_block = last_group_errors("cpu", seed)
-    assert whole < TOLERANCE[torch.float32] and last_block < TOLERANCE[torch.float32], (whole, last_block)
+    assert whole < CPU_TOLERANCE[torch.float32] and last_block < CPU_TOLERANCE[torch.float32], (whole, last_block)
 
 
 def test_block_scales_beat_per_tensor_on_outliers(seed):
