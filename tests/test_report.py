@@ -58,6 +58,25 @@ def test_tables_hold_the_librarys_numbers(report):
         assert row and 1 < float(row.group(1)) < 1000, recipe
 
 
+def test_row_wise_perplexity_recomputed_independently(report):
+    # The quick report's slice (2 windows of 128 tokens), the model converted and scored here
+    # with plain cross-entropy, not through the report's own helpers.
+    import math
+
+    import fp8ext
+    from fp8ext import evaluation
+    _, _, md = report
+    hf, tok, _ = evaluation.load_model(None)
+    ids = tok(evaluation.lee_background_text(), add_special_tokens=False, return_tensors="pt").input_ids[0]
+    windows = ids[:2 * 128].reshape(2, 128)
+    fp8ext.convert(hf, fp8ext.RowWise())
+    with torch.no_grad():
+        logits = hf(windows).logits.double()
+    nll = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1))
+    table = float(re.search(r"\| row-wise \| ([0-9.]+) \|", md).group(1))
+    assert abs(table - math.exp(nll.item())) < 2e-4 * table, (table, math.exp(nll.item()))
+
+
 def test_gpu_sections_say_why_they_were_skipped(report):
     import torch
     _, _, md = report
