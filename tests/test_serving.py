@@ -147,6 +147,42 @@ def test_bad_requests_and_shapes_raise_clear_errors():
         Engine(model, PagedKVCache(cfg.num_layers, cfg.num_kv_heads + 1, cfg.head_dim, 4, 16, torch.float32))
     with pytest.raises(ValueError, match="num_heads .* must be a multiple of num_kv_heads"):
         LlamaConfig(97, 64, 96, 2, 5, 2, 16)
+    with pytest.raises(TypeError, match="prompt must be a sequence of integer token ids"):
+        engine.submit([1.0, 3.7], 4)
+    for bad in ("2", 97, True):
+        with pytest.raises(ValueError, match=r"eos_token_id must be None or an int in \[0, 97\)"):
+            engine.submit([1], 4, eos_token_id=bad)
+    with pytest.raises(ValueError, match="cuda_graphs=True needs a model on a CUDA device"):
+        Engine(model, make_cache(model, pages=4), cuda_graphs=True)
+
+
+def test_a_request_that_fills_the_cache_exactly_is_taken(seed):
+    # 13 prompt tokens + 4 new ones store 16 in the cache (the last token is never written): one page.
+    model = tiny_model()
+    engine = Engine(model, make_cache(model, pages=1, page_size=16))
+    prompt = torch.randint(0, TINY.vocab_size, (13,), generator=torch.Generator().manual_seed(seed)).tolist()
+    assert engine.generate([prompt], 4) == [recompute_generate(model, prompt, 4)]
+
+
+def test_the_engine_keeps_clear_of_other_sequences_in_its_cache(seed):
+    model = tiny_model()
+    ps = prompts(2, seed)
+    want = Engine(model, make_cache(model)).generate(ps, 6)
+    cache = make_cache(model)
+    cache.append(0, 6)  # a caller's own sequence 0 (the engine's first request id)
+    assert Engine(model, cache).generate(ps, 6) == want
+    assert Engine(model, cache).generate(ps, 6) == want  # a second engine on the same cache
+    assert cache.length(0) == 6 and cache.free_pages == cache.num_pages - 1
+
+
+def test_a_request_that_can_never_be_admitted_raises_instead_of_hanging():
+    model = tiny_model()
+    cache = make_cache(model, pages=4, page_size=4)
+    cache.append("other", 16)  # every page
+    engine = Engine(model, cache)
+    engine.submit([1, 2, 3], 2)
+    with pytest.raises(RuntimeError, match="request 0 needs 1 free KV-cache pages and only 0 are free"):
+        engine.run()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

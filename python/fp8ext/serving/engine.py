@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -33,6 +34,7 @@ class Request:
     max_new_tokens: int
     eos_token_id: int | None = None
     output: list = field(default_factory=list)
+    seq: tuple = ()  # its sequence id in the cache: (the engine, id), never a caller's own
 
     @property
     def done(self) -> bool:
@@ -81,15 +83,21 @@ class Engine:
                              f"{model.cfg.num_kv_heads}, {model.cfg.head_dim})")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive int, got {max_batch!r}")
+        if cuda_graphs and model.device.type != "cuda":
+            raise ValueError(f"cuda_graphs=True needs a model on a CUDA device, got {model.device}")
         self.model, self.cache, self.max_batch = model, cache, max_batch
         self.cuda_graphs = model.device.type == "cuda" if cuda_graphs is None else cuda_graphs
+        self._owner = object()  # the cache may hold others' sequences (another engine's, a caller's)
         self.waiting: collections.deque = collections.deque()
         self.running: list = []
         self._ids = itertools.count()
         self._graphs: dict = {}
 
     def submit(self, prompt, max_new_tokens: int, eos_token_id: int | None = None) -> int:
-        prompt = [int(t) for t in prompt]
+        try:
+            prompt = [operator.index(t) for t in prompt]  # ints (or integer tensors), never floats
+        except TypeError:
+            raise TypeError(f"prompt must be a sequence of integer token ids, got {list(prompt)[:8]!r}") from None
         if not prompt:
             raise ValueError("prompt must hold at least one token")
         vocab = self.model.cfg.vocab_size
@@ -97,11 +105,16 @@ class Engine:
             raise ValueError(f"prompt token ids must be in [0, {vocab}), got {min(prompt)}..{max(prompt)}")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
-        pages = -(-(len(prompt) + max_new_tokens) // self.cache.page_size)
+        if eos_token_id is not None and (isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int)
+                                         or not 0 <= eos_token_id < vocab):
+            raise ValueError(f"eos_token_id must be None or an int in [0, {vocab}), got {eos_token_id!r}")
+        stored = len(prompt) + max_new_tokens - 1  # the last generated token is never written to the cache
+        pages = -(-stored // self.cache.page_size)
         if pages > min(self.cache.num_pages, self.cache.max_pages_per_seq):
-            raise ValueError(f"prompt + max_new_tokens ({len(prompt) + max_new_tokens} tokens) needs {pages} pages, "
+            raise ValueError(f"prompt + max_new_tokens stores {stored} tokens in the cache: {pages} pages, "
                              f"more than one sequence may hold")
-        req = Request(next(self._ids), prompt, max_new_tokens, eos_token_id)
+        rid = next(self._ids)
+        req = Request(rid, prompt, max_new_tokens, eos_token_id, seq=(self._owner, rid))
         self.waiting.append(req)
         return req.id
 
@@ -117,6 +130,11 @@ class Engine:
             return self._sample(reqs, logits)
         if self.running:
             return self._decode()
+        if self.waiting:  # nothing runs that could free pages: waiting would never end
+            req = self.waiting[0]
+            need = -(-(len(req.prompt) + len(req.output)) // self.cache.page_size)
+            raise RuntimeError(f"request {req.id} needs {need} free KV-cache pages and only "
+                               f"{self.cache.free_pages} are free (other sequences in the cache hold the rest)")
         return []
 
     def run(self) -> dict:
@@ -138,7 +156,7 @@ class Engine:
         while self.waiting and len(self.running) + len(admitted) < self.max_batch:
             req = self.waiting[0]
             try:
-                slots = self.cache.append(req.id, len(req.prompt) + len(req.output))
+                slots = self.cache.append(req.seq, len(req.prompt) + len(req.output))
             except RuntimeError:  # out of pages: wait for running sequences to finish
                 break
             admitted.append((self.waiting.popleft(), slots))
@@ -153,7 +171,7 @@ class Engine:
                 finished.append(r)
         for r in finished:
             self.running.remove(r)
-            self.cache.free(r.id)
+            self.cache.free(r.seq)
         return finished
 
     def _reserve_next_slots(self) -> list:
@@ -162,7 +180,7 @@ class Engine:
         while i < len(self.running):
             r = self.running[i]
             try:
-                slots[r.id] = self.cache.append(r.id, 1)
+                slots[r.id] = self.cache.append(r.seq, 1)
                 i += 1
             except RuntimeError:
                 if len(self.running) == 1:
@@ -170,7 +188,7 @@ class Engine:
                 # The newest goes back to the queue (running is in admission order, and the newest
                 # has no slot yet this step): r itself when r is the newest, else r retries.
                 victim = self.running.pop()
-                self.cache.free(victim.id)
+                self.cache.free(victim.seq)
                 self.waiting.appendleft(victim)  # recomputed from its prompt + output when pages free up
         return [slots[r.id] for r in self.running]
 
@@ -179,9 +197,9 @@ class Engine:
         reqs = list(self.running)
         dev = self.model.device
         tokens = torch.tensor([r.output[-1] for r in reqs], device=dev)
-        positions = torch.tensor([self.cache.length(r.id) - 1 for r in reqs], device=dev)
+        positions = torch.tensor([self.cache.length(r.seq) - 1 for r in reqs], device=dev)
         slot_t = torch.cat(slots).to(dev)
-        plan = self.cache.plan([r.id for r in reqs])
+        plan = self.cache.plan([r.seq for r in reqs])
         if self.cuda_graphs:
             bucket = next((b for b in BUCKETS if b >= len(reqs)), None)
             if bucket is not None:
