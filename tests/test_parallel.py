@@ -97,8 +97,11 @@ def test_sharding_refuses_what_it_cannot_do():
         parallel.shard(layer, "column")
     with pytest.raises(ValueError, match="style must be one of"):
         parallel.shard(layer, "diagonal")
-    with pytest.raises(TypeError, match="layer must be an FP8Linear or an nn.Linear"):
+    with pytest.raises(TypeError, match="layer must be an FP8Linear or a plain nn.Linear"):
         parallel.shard(nn.Conv1d(4, 4, 1), "row")
+    for bad in ((100,), (128, 256), (0, 256), (-16, 272), (128.0, 128.0), ()):
+        with pytest.raises(ValueError, match=r"parts must be positive ints adding up to out_features \(256\)"):
+            parallel.shard(layer, "column", parts=bad)
 
 
 # ---- the serving model at TP = 2 --------------------------------------------------

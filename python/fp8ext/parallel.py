@@ -62,12 +62,13 @@ class TensorParallelFP8Linear(nn.Module):
     def __init__(self, layer: FP8Linear, style: str, group=None, gather_output: bool = False, parts=None):
         super().__init__()
         if not isinstance(layer, FP8Linear):
-            raise TypeError(f"layer must be an FP8Linear or an nn.Linear, got {type(layer).__name__}")
+            raise TypeError(f"layer must be an FP8Linear or a plain nn.Linear (not a subclass, whose forward may "
+                            f"differ), got {type(layer).__name__}")
         world, rank = _world_and_rank(style, group)
         self.group, self.style, self.gather_output = group, style, gather_output
         self.world_size, self.rank = world, rank
         n, k = layer.out_features, layer.in_features
-        self.parts = tuple(parts or (n,))
+        self.parts = _checked_parts(parts, n)
         blocks = layer.recipe.weight_granularity == "block"
         codes = layer.weight[:, :k]
         full_bias = None if layer.bias is None else layer.bias.detach()
@@ -126,6 +127,17 @@ def _gather(y: torch.Tensor, parts: tuple, world: int, group) -> torch.Tensor:
     return torch.cat([split[r][j] for j in range(len(parts)) for r in range(world)], dim=-1)
 
 
+def _checked_parts(parts, out_features: int) -> tuple:
+    """A fused layer's part sizes: positive ints that add up to out_features (None: one part)."""
+    if parts is None:
+        return (out_features,)
+    parts = tuple(parts)
+    if not parts or any(isinstance(p, bool) or not isinstance(p, int) or p < 1 for p in parts) or \
+            sum(parts) != out_features:
+        raise ValueError(f"parts must be positive ints adding up to out_features ({out_features}), got {parts}")
+    return parts
+
+
 def _rank_rows(parts, world: int, rank: int, blocks: bool) -> list:
     """The output rows a rank keeps: its 1/world of each part of a fused layer
     (q, k, v or gate, up), as [(lo, hi)] in the fused layer's rows."""
@@ -144,6 +156,10 @@ def shard(layer, style: str, group=None, gather_output: bool = False, parts=None
     """This rank's column or row shard of an FP8Linear or an nn.Linear (see the
     module docstring). ``parts``: the output sizes of a fused layer's pieces
     (q, k, v), each of which a column shard splits on its own."""
+    if type(layer) is not nn.Linear and not isinstance(layer, FP8Linear):
+        raise TypeError(f"layer must be an FP8Linear or a plain nn.Linear (not a subclass, whose forward may "
+                        f"differ), got {type(layer).__name__}")
+    _checked_parts(parts, layer.out_features)  # before torch.distributed is asked for the world
     if type(layer) is nn.Linear:
         return TensorParallelLinear(layer, style, group, gather_output, parts)
     return TensorParallelFP8Linear(layer, style, group, gather_output, parts)
@@ -158,7 +174,7 @@ class TensorParallelLinear(nn.Module):
         self.group, self.style, self.gather_output = group, style, gather_output
         self.world_size = world
         w = layer.weight.detach()
-        self.parts = tuple(parts or (w.shape[0],))
+        self.parts = _checked_parts(parts, w.shape[0])
         b = None if layer.bias is None else layer.bias.detach()
         if style == "column":
             rows = _rank_rows(self.parts, world, rank, False)
