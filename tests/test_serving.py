@@ -383,6 +383,32 @@ def test_bench_serve_cli_passes_the_sweep_and_checks_it(monkeypatch, capsys, tmp
     with pytest.raises(SystemExit):
         cli.main(["bench", "serve", "--batches", "0"])
     assert "expected a positive integer" in capsys.readouterr().err
+    for bad in ("-5", "nan", "inf", "lots"):
+        with pytest.raises(SystemExit):
+            cli.main(["bench", "serve", "--budget-gb", bad])
+        assert "expected a" in capsys.readouterr().err
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for command in (["bench", "serve"], ["report"]):
+        assert cli.main([*command, "--out", str(a_file)]) == 2
+        assert "--out must be a folder" in capsys.readouterr().err
+
+
+def test_config_and_launch_arguments_are_checked():
+    from fp8ext.serving.launch import spawn_on_gpus
+    base = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_layers=2, num_heads=4, num_kv_heads=2,
+                head_dim=16)
+    for bad in (0, -1, float("nan"), "1e4"):
+        with pytest.raises(ValueError, match="rope_theta must be a finite number > 0"):
+            LlamaConfig(**base, rope_theta=bad)
+    for bad in (-1e-5, float("nan")):
+        with pytest.raises(ValueError, match="rms_norm_eps must be a finite number >= 0"):
+            LlamaConfig(**base, rms_norm_eps=bad)
+    with pytest.raises(TypeError, match="tie_word_embeddings must be a bool"):
+        LlamaConfig(**base, tie_word_embeddings="no")
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="world must be a positive int"):
+            spawn_on_gpus(print, bad)
 
 
 def test_bench_serve_saves_every_row_as_it_goes(tmp_path):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import sys
@@ -68,6 +69,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _budget_gb(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of GB, got {text}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number of GB > 0, got {text}")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="fp8ext", description="FP8 inference on NVIDIA Hopper")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -80,7 +91,7 @@ def main(argv=None) -> int:
                          help="folder for serve.json (rewritten: give each part of a split sweep its own)")
     p_serve.add_argument("--quick", action="store_true", help="batch 1 and 64 at context 4096 only")
     p_serve.add_argument("--layers", type=int, default=32, help="decoder layers (32: the real depth)")
-    p_serve.add_argument("--budget-gb", type=float, default=80.0, help="memory budget for the max-batch column")
+    p_serve.add_argument("--budget-gb", type=_budget_gb, default=80.0, help="memory budget for the max-batch column")
     p_serve.add_argument("--batches", type=_positive_int, nargs="+",
                          help="batch sizes (default: the full sweep's 1 8 32 64 128 256)")
     p_serve.add_argument("--contexts", type=_positive_int, nargs="+",
@@ -99,10 +110,16 @@ def main(argv=None) -> int:
             print(f"fp8ext report: --model must be a local Hugging Face checkpoint folder, got {args.model!r}",
                   file=sys.stderr)
             return 2
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            print(f"fp8ext report: --out must be a folder, {args.out!r} is a file", file=sys.stderr)
+            return 2
         build_report(args.out, quick=args.quick, only=args.only, model=args.model)
         return 0
     if args.command == "bench":
         from fp8ext.serving import bench
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            print(f"fp8ext bench serve: --out must be a folder, {args.out!r} is a file", file=sys.stderr)
+            return 2
         base = bench.QUICK if args.quick else bench.FULL
         sweep = dict(batches=tuple(args.batches or base["batches"]), contexts=tuple(args.contexts or base["contexts"]))
         try:

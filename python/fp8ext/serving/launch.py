@@ -25,6 +25,8 @@ def _entry(rank, world, init_file, fn, args):
 
 def spawn_on_gpus(fn, world: int, *args) -> None:
     """Runs fn(rank, world, *args) in `world` processes, rank r on cuda:r, NCCL initialized."""
+    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+        raise ValueError(f"world must be a positive int (processes, one per GPU), got {world!r}")
     if torch.cuda.device_count() < world:
         raise RuntimeError(f"{world} GPUs needed, {torch.cuda.device_count()} visible")
     os.environ.update(MULTICAST_OFF)
