@@ -173,3 +173,15 @@ def _serving_worker(rank, world, init_file, seed):
 def test_serving_model_at_tp2_matches_tp1(seed):
     with tempfile.TemporaryDirectory() as d:
         mp.spawn(_serving_worker, args=(2, os.path.join(d, "rendezvous"), seed), nprocs=2, join=True)
+
+
+def test_shard_model_checks_every_projection_before_changing_any():
+    from fp8ext.recipes import BlockWise
+    from fp8ext.serving import LlamaConfig, LlamaModel
+    from fp8ext.serving.tensor_parallel import _check_shardable
+    cfg = LlamaConfig(vocab_size=97, hidden_size=256, intermediate_size=192, num_layers=2, num_heads=4,
+                      num_kv_heads=2, head_dim=128)  # attention shards: whole blocks; the MLP's: not
+    model = LlamaModel.random(cfg, torch.float32).quantize(BlockWise())
+    # 192 / 2 = 96 rows per shard: not whole 128-row blocks. shard_model asks this before any change.
+    with pytest.raises(ValueError, match="layers.0.gate_up: out_features part of 192 rows"):
+        _check_shardable(model, 2)

@@ -418,3 +418,40 @@ def test_bench_serve_saves_every_row_as_it_goes(tmp_path):
     rows.append({"op": "serve_decode", "batch": 8})
     bench._save(rows, str(tmp_path / "s"))
     assert json.load(open(path)) == rows and os.listdir(tmp_path / "s") == ["serve.json"]
+
+
+def test_model_helpers_check_their_inputs():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="prompts must hold at least one prompt"):
+        model.kv_scales([])
+    with pytest.raises(ValueError, match=r"prompts\[1\] must hold at least one token"):
+        model.kv_scales([[1, 2], []])
+    with pytest.raises(ValueError, match=r"prompts\[0\] token ids must be in \[0, 97\)"):
+        model.kv_scales([[1, 97]])
+    with pytest.raises(ValueError, match=r"prompts\[0\] must be 1-D token ids"):
+        model.kv_scales([torch.ones(1, 4, dtype=torch.long)])
+    ok = torch.randint(0, 97, (2, 40))
+    for bad in (ok[0], ok.float(), ok[:0], ok + 97):
+        with pytest.raises(ValueError, match="windows"):
+            perplexity(model, bad)
+    with pytest.raises(ValueError, match="page_size must be a positive int"):
+        perplexity(model, ok, page_size=0)
+    assert perplexity(model, ok.int()) == perplexity(model, ok)
+    model.quantize(RowWise())
+    with pytest.raises(ValueError, match="already quantized or sharded"):
+        model.quantize(RowWise())
+
+
+def test_evaluation_helpers_check_their_sizes():
+    from fp8ext import evaluation
+    tok = lambda text, **kw: type("T", (), {"input_ids": torch.arange(100)[None]})()  # noqa: E731
+    for bad in (0, -4, True):
+        with pytest.raises(ValueError, match="window must be a positive int"):
+            evaluation.token_windows(tok, "text", window=bad)
+    with pytest.raises(ValueError, match="max_tokens must be a positive int"):
+        evaluation.token_windows(tok, "text", window=10, max_tokens=-1)
+    assert evaluation.token_windows(tok, "text", window=10, max_tokens=35).shape == (3, 10)
+    for kw in (dict(batch_size=0), dict(windows=torch.ones(0, 8, dtype=torch.long)),
+               dict(windows=torch.ones(2, 1, dtype=torch.long))):
+        with pytest.raises(ValueError, match="batch_size must|windows must"):
+            evaluation.perplexity(None, **{"windows": torch.ones(2, 8, dtype=torch.long), **kw})

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import collections
 import itertools
-import operator
 from dataclasses import dataclass, field
 
 import torch
 
 from fp8ext.cuda_graphs import capture
 from fp8ext.kv_cache import DecodePlan, PagedKVCache
-from fp8ext.serving.model import LlamaModel
+from fp8ext.serving.model import LlamaModel, check_prompt
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -94,15 +93,8 @@ class Engine:
         self._graphs: dict = {}
 
     def submit(self, prompt, max_new_tokens: int, eos_token_id: int | None = None) -> int:
-        try:
-            prompt = [operator.index(t) for t in prompt]  # ints (or integer tensors), never floats
-        except TypeError:
-            raise TypeError(f"prompt must be a sequence of integer token ids, got {list(prompt)[:8]!r}") from None
-        if not prompt:
-            raise ValueError("prompt must hold at least one token")
         vocab = self.model.cfg.vocab_size
-        if not all(0 <= t < vocab for t in prompt):  # on CUDA a bad id would be a device-side assert
-            raise ValueError(f"prompt token ids must be in [0, {vocab}), got {min(prompt)}..{max(prompt)}")
+        prompt = check_prompt(prompt, vocab)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
         if eos_token_id is not None and (isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int)

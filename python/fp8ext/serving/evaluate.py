@@ -18,6 +18,15 @@ def perplexity(model: LlamaModel, windows: torch.Tensor, cache_dtype=None, prefi
     (cache_dtype: float32 on the CPU, bf16 on CUDA unless given)."""
     if cache_dtype is None:
         cache_dtype = torch.float32 if model.device.type == "cpu" else torch.bfloat16
+    if not isinstance(windows, torch.Tensor) or windows.dim() != 2 or windows.shape[0] < 1 or \
+            windows.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"windows must be an int64/int32 [B >= 1, W] tensor of token ids, got "
+                         f"{getattr(windows, 'dtype', type(windows).__name__)} {tuple(getattr(windows, 'shape', ()))}")
+    if bool(((windows < 0) | (windows >= model.cfg.vocab_size)).any()):
+        raise ValueError(f"windows' token ids must be in [0, {model.cfg.vocab_size})")
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+    windows = windows.long()
     batch, width = windows.shape
     if not 1 <= prefix < width:
         raise ValueError(f"prefix must be in [1, {width}), got {prefix}")

@@ -5,6 +5,8 @@ cache through the fused write op, and decode attention over the paged cache.
 Embeddings, the LM head and the norms stay in the model's dtype."""
 from __future__ import annotations
 
+import operator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -80,6 +82,21 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(cfg, dtype, device)
 
 
+def check_prompt(prompt, vocab_size: int, name: str = "prompt") -> list:
+    """A prompt as a list of token ids: a non-empty 1-D sequence of ints in [0, vocab_size)."""
+    if isinstance(prompt, torch.Tensor) and prompt.dim() != 1:
+        raise ValueError(f"{name} must be 1-D token ids, got shape {tuple(prompt.shape)}")
+    try:
+        ids = [operator.index(t) for t in prompt]
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of integer token ids") from None
+    if not ids:
+        raise ValueError(f"{name} must hold at least one token")
+    if not all(0 <= t < vocab_size for t in ids):  # on CUDA a bad id would be a device-side assert
+        raise ValueError(f"{name} token ids must be in [0, {vocab_size}), got {min(ids)}..{max(ids)}")
+    return ids
+
+
 class LlamaModel(nn.Module):
     """Built empty (``LlamaModel(cfg)``), from a Hugging Face model
     (:meth:`from_hf`) or with random weights (:meth:`random`); :meth:`quantize`
@@ -137,6 +154,10 @@ class LlamaModel(nn.Module):
     def quantize(self, recipe: Recipe) -> "LlamaModel":
         """W8A8: every decoder projection becomes an FP8Linear (fused ones with per-shard scales)."""
         cfg = self.cfg
+        if any(type(m) is not nn.Linear for layer in self.layers
+               for m in (layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down)):
+            raise ValueError("quantize takes the model's nn.Linear projections: this model is already quantized "
+                             "or sharded (quantize first, then shard_model)")
         for layer in self.layers:
             attn, mlp = layer.attn, layer.mlp
             attn.qkv = fuse_linears(_split(attn.qkv, cfg.qkv_sizes), recipe)
@@ -153,6 +174,9 @@ class LlamaModel(nn.Module):
         from fp8ext.formats import get_format
         cfg = self.cfg
         fmax = get_format(fmt).max
+        prompts = [check_prompt(p, cfg.vocab_size, f"prompts[{i}]") for i, p in enumerate(prompts)]
+        if not prompts:
+            raise ValueError("prompts must hold at least one prompt")
         total = sum(len(p) for p in prompts)
         scratch = PagedKVCache(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, num_pages=-(-total // 16) + len(prompts),
                                page_size=16, dtype=torch.float32 if self.device.type == "cpu" else torch.bfloat16,

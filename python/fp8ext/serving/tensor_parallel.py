@@ -15,6 +15,7 @@ import dataclasses
 import torch.distributed as dist
 
 from fp8ext import parallel
+from fp8ext.nn.linear import FP8Linear
 from fp8ext.serving.model import LlamaModel
 
 
@@ -27,6 +28,7 @@ def shard_model(model: LlamaModel, group=None) -> LlamaModel:
     for name in ("num_heads", "num_kv_heads", "intermediate_size"):
         if getattr(cfg, name) % world:
             raise ValueError(f"{name} ({getattr(cfg, name)}) must divide by the {world} ranks")
+    _check_shardable(model, world)  # before any layer changes: a refusal leaves the model whole
     local = dataclasses.replace(cfg, num_heads=cfg.num_heads // world, num_kv_heads=cfg.num_kv_heads // world,
                                 intermediate_size=cfg.intermediate_size // world)
     for layer in model.layers:
@@ -38,3 +40,24 @@ def shard_model(model: LlamaModel, group=None) -> LlamaModel:
         mlp.down = parallel.shard(mlp.down, "row", group)
     model.cfg = local
     return model
+
+
+def _check_shardable(model: LlamaModel, world: int) -> None:
+    """What parallel.shard would refuse, asked of every projection first (block-wise
+    layers need 128-multiples per shard), and no projection sharded twice."""
+    cfg = model.cfg
+    for i, layer in enumerate(model.layers):
+        projections = {"qkv": (layer.attn.qkv, "column", cfg.qkv_sizes), "o": (layer.attn.o, "row", None),
+                       "gate_up": (layer.mlp.gate_up, "column", (cfg.intermediate_size,) * 2),
+                       "down": (layer.mlp.down, "row", None)}
+        for name, (module, style, parts) in projections.items():
+            if isinstance(module, (parallel.TensorParallelFP8Linear, parallel.TensorParallelLinear)):
+                raise ValueError(f"layers.{i}.{name} is already sharded")
+            blocks = isinstance(module, FP8Linear) and module.recipe.weight_granularity == "block"
+            try:
+                if style == "column":
+                    parallel._rank_rows(parts, world, 0, blocks)
+                else:
+                    parallel._rank_cols(module.in_features, world, 0, blocks)
+            except ValueError as e:
+                raise ValueError(f"layers.{i}.{name}: {e}") from None
