@@ -208,6 +208,13 @@ def test_norm_and_rotary_equal_the_plain_formulas_bit_for_bit(dtype, seed):
     assert torch.equal(rotary(x, positions), want)
 
 
+def test_rotary_needs_an_even_head_dim():
+    from fp8ext.serving.layers import Rotary
+    for bad in (5, 0, 64.0):
+        with pytest.raises(ValueError, match="head_dim must be an even positive int"):
+            Rotary(bad, 10000.0)
+
+
 def test_module_apply_reaches_every_submodule():
     """nn.Module.apply (used by weight initialisers) is not shadowed by a layer's own method."""
     seen = []

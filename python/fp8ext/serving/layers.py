@@ -36,6 +36,8 @@ class Rotary(nn.Module):
 
     def __init__(self, head_dim: int, theta: float, device=None):
         super().__init__()
+        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2 or head_dim % 2:
+            raise ValueError(f"head_dim must be an even positive int (RoPE rotates pairs), got {head_dim!r}")
         exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
         self.register_buffer("inv_freq", 1.0 / (theta ** exponents), persistent=False)
 
