@@ -100,3 +100,24 @@ def test_custom_candidates_unused_layers_and_errors():
         fp8ext.convert(nn.Sequential(nn.Linear(8, 8)), "auto", calibration=[torch.randn(2, 8)])
     with pytest.raises(TypeError, match="recipe must be a fp8ext.recipes.Recipe or 'auto'"):
         fp8ext.convert(TinyLM(), "fast")
+
+
+def test_auto_checks_loss_fn_candidates_and_empty_selections():
+    from fp8ext import CurrentScaling, convert
+    mlp = lambda: nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))  # noqa: E731
+    batches = [torch.randn(4, 16) for _ in range(3)]
+    mse = lambda o, b: o.pow(2).sum()  # noqa: E731
+    run = lambda **kw: convert(mlp(), "auto", calibration=batches, max_error=1.0,  # noqa: E731
+                               weight_rounding="nearest", **{"loss_fn": mse, **kw})
+    with pytest.raises(ValueError, match="the calibration loss is nan"):
+        run(loss_fn=lambda o, b: o.sum() * math.nan)
+    for bad in (lambda o, b: o, lambda o, b: 1.0, lambda o, b: o.detach().sum()):
+        with pytest.raises(ValueError, match="loss_fn must return a scalar tensor"):
+            run(loss_fn=bad)
+    with pytest.raises(ValueError, match="labels must differ"):
+        run(candidates=[("x", CurrentScaling()), ("x", RowWise())])
+    for bad in (RowWise(), "row-wise", [("a", RowWise(), 1)]):
+        with pytest.raises(TypeError, match="candidates must be a list of Recipes"):
+            run(candidates=bad)
+    summary = run(exclude="*")
+    assert not summary.converted and summary.fp8_flop_fraction == 0.0

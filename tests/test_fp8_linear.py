@@ -436,3 +436,15 @@ def test_pickle_and_deepcopy_round_trip(recipe, seed):
         assert twin.weight.dtype == layer.weight.dtype
         assert torch.equal(twin.weight.view(torch.uint8), layer.weight.view(torch.uint8))
         assert torch.equal(twin(x), want)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 0.0, -1.0])
+def test_checkpoint_scales_must_be_finite_and_positive(bad):
+    sd = FP8Linear(20, 8, recipe=RowWise()).state_dict()
+    sd["weight_scale"][0] = bad
+    with pytest.raises(ValueError, match="weight_scale: every scale must be finite and > 0"):
+        FP8Linear(20, 8, recipe=RowWise()).load_state_dict(sd)
+    sd = FP8Linear(20, 8, recipe=RowWise()).state_dict()
+    sd["weight_scale"] = torch.ones(8, dtype=torch.int32)
+    with pytest.raises(TypeError, match="weight_scale: scales must be floating point"):
+        FP8Linear(20, 8, recipe=RowWise()).load_state_dict(sd)

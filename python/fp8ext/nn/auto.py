@@ -45,15 +45,22 @@ class AutoChoice:
 
 
 def _candidates(candidates):
+    if isinstance(candidates, (Recipe, str)):
+        raise TypeError(f"candidates must be a list of Recipes or (label, Recipe) pairs, got {candidates!r}")
     cands = DEFAULT_CANDIDATES if candidates is None else tuple(candidates)
     out = []
     for c in cands:
+        if isinstance(c, tuple) and len(c) != 2:
+            raise TypeError(f"candidates must be a list of Recipes or (label, Recipe) pairs, got {c!r}")
         label, recipe = c if isinstance(c, tuple) else (repr(c), c)
         if not isinstance(recipe, Recipe) or recipe.activation_mode != "current":
             raise ValueError(f"auto candidates must be current-scaling Recipes, got {recipe!r}")
         out.append((label, recipe))
     if not out:
         raise ValueError("candidates is empty")
+    labels = [label for label, _ in out]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"candidates' labels must differ (their estimates would merge), got {labels}")
     return out
 
 
@@ -113,6 +120,12 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
                 with torch.enable_grad(), eval_mode(model):
                     output = run_model(model, batch)
                     loss = loss_fn(output, batch)
+                    if not (isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.requires_grad):
+                        raise ValueError("loss_fn must return a scalar tensor computed from the model's output, "
+                                         f"got {type(loss).__name__} {tuple(getattr(loss, 'shape', ()))}")
+                    if not torch.isfinite(loss.detach()).all():
+                        raise ValueError(f"the calibration loss is {loss.item()} on batch {seen}: non-finite "
+                                         "inputs or a loss_fn that overflows")
                     ran = [n for n in names if n in captured]
                     grads = torch.autograd.grad(loss, [captured[n][1] for n in ran], allow_unused=True)
             finally:
@@ -137,6 +150,9 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
             p.requires_grad_(flag)
     if seen == 0:
         raise ValueError("calibration is empty: recipe='auto' needs at least one batch")
+    if tokens == 0:
+        raise ValueError("the calibration batches predict no token: the default loss needs sequences of at "
+                         "least 2 tokens")
     return {n: {label: (v / tokens if runs[n] else math.inf) for label, v in d.items()} for n, d in sums.items()}
 
 
@@ -148,6 +164,8 @@ def choose_recipes(model: nn.Module, names: list, calibration, max_error: float,
     if not isinstance(max_error, (int, float)) or isinstance(max_error, bool) or not max_error > 0:
         raise ValueError(f"max_error must be a positive number, got {max_error!r}")
     cands = _candidates(candidates)
+    if not names:  # nothing eligible: nothing to measure
+        return AutoChoice({}, {}, {}, 0.0, 0.0)
     errors = measure_errors(model, names, calibration, cands, loss_fn, hessians, layers)
     return choose_from_errors(model, names, errors, max_error, cands)
 

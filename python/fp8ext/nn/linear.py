@@ -284,8 +284,13 @@ def _adapt_checkpoint(layer: FP8Linear, sd: dict, prefix: str) -> None:
         mine = layer._buffers.get(name)
         if t is None or mine is None:
             continue
-        if t.dtype != torch.float32 and t.is_floating_point():
+        if not t.is_floating_point():
+            raise TypeError(f"{prefix}{name}: scales must be floating point, the checkpoint holds {t.dtype}")
+        if t.dtype != torch.float32:
             t = sd[prefix + name] = t.float()  # compressed-tensors may store bf16 scales
+        if not bool((torch.isfinite(t) & (t > 0)).all()):  # load time: reading the values is fine
+            raise ValueError(f"{prefix}{name}: every scale must be finite and > 0 (the checkpoint holds "
+                             f"{t[~(torch.isfinite(t) & (t > 0))].flatten()[:4].tolist()})")
         # Only the other libraries' spellings of the same layout: [N, 1] -> [N], [1] -> [].
         # Any other shape (another granularity with as many values) is left for
         # load_state_dict to refuse as a size mismatch.
