@@ -8,12 +8,14 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 RESULTS = os.path.join(os.path.dirname(__file__), "..", "bench", "results", "gemm_2026-11-29_h200_run7_pdl_configs.json")
-BLOCKWISE = os.path.join(os.path.dirname(__file__), "..", "bench", "results", "gemm_blockwise_2026-11-29_h200_run2.json")
+BLOCKWISE = os.path.join(os.path.dirname(__file__), "..", "bench", "results",
+                         "gemm_blockwise_2026-12-04_h200_session23_6963079.json")
 
 
-def recorded_blockwise_tflops() -> float:
+def recorded_blockwise_ratio() -> float:
+    """The bench's fp8ext / cuBLAS block-wise time ratio at 4096^3 (higher is faster)."""
     with open(BLOCKWISE) as f:
-        return next(r["ours_TFLOPs"] for r in json.load(f) if r.get("shape") == "4096x4096x4096")
+        return next(r["ratio"] for r in json.load(f) if r.get("shape") == "4096x4096x4096")
 
 
 def test_gpu_sections_run_and_agree_with_bench_results(tmp_path):
@@ -30,9 +32,12 @@ def test_gpu_sections_run_and_agree_with_bench_results(tmp_path):
     kernels = {r["kernel"] for r in rows}
     for scales in ("per-tensor", "row-wise", "block-wise"):  # ours and cuBLAS side by side
         assert {f"fp8 {scales} (fp8ext)", f"fp8 {scales} (cuBLAS)"} <= kernels
-    block = next(r for r in rows if (r["M"], r["N"], r["K"]) == (4096, 4096, 4096)
-                 and r["kernel"] == "fp8 block-wise (fp8ext)")
-    assert 0.85 < block["TFLOP/s"] / recorded_blockwise_tflops() < 1.15, block
+    # Block-wise against its cuBLAS anchor of the same run: the report graph-times 10 calls back to back,
+    # the bench times single calls with events, and that alone moved the block-wise TFLOP/s by ~15% (1310
+    # against 1139 recorded, session 32). A ratio measured side by side does not carry that difference.
+    block = {r["kernel"]: r["TFLOP/s"] for r in rows if (r["M"], r["N"], r["K"]) == (4096, 4096, 4096)}
+    ratio = block["fp8 block-wise (fp8ext)"] / block["fp8 block-wise (cuBLAS)"]
+    assert 0.85 < ratio / recorded_blockwise_ratio() < 1.15, (block, recorded_blockwise_ratio())
     gpu.plot_roofline(rows, str(tmp_path / "roofline.png"))
     assert (tmp_path / "roofline.png").stat().st_size > 5_000
     for r in gpu.unaligned_cost():
