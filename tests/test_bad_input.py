@@ -136,11 +136,11 @@ def test_small_api_arguments_are_checked_by_name():
     q, s = silu_mul_quantize(torch.randn(4, 0), RowWise())  # I = 0: an empty output, not an unpack error
     assert q.shape == (4, 0) and s.shape == (4,)
     for bad in (0, -1, True):
-        with pytest.raises(ValueError, match="history_len must be an int >= 1"):
+        with pytest.raises(ValueError, match="history_len must be a positive int"):
             ScalingState.create(history_len=bad)
     with pytest.raises(TypeError, match="power_of_two_scales must be a bool"):
         CurrentScaling(power_of_two_scales="yes")
-    with pytest.raises(ValueError, match="amax_history_len must be an int >= 1"):
+    with pytest.raises(ValueError, match="amax_history_len must be a positive int"):
         DelayedScaling(amax_history_len=True)
     for bad in (0, -1, 2.5):
         with pytest.raises(ValueError, match="max_pages_per_seq must be a positive int"):

@@ -125,7 +125,7 @@ def test_calibrate_errors():
     with pytest.raises(ValueError, match=r"margin \+ layers.0.q_proj's recipe margin must be in"):
         fp8ext.calibrate(static, [x], margin=30, progress=False)
     for bad in (-16, 0, 2.5, True):
-        with pytest.raises(ValueError, match="head_dim must be an int >= 1"):
+        with pytest.raises(ValueError, match="head_dim must be a positive int or None"):
             fp8ext.calibrate(Model(), [x], head_dim=bad, progress=False)
     with pytest.raises(ValueError, match="head_dim=7 does not divide layers.0.k_proj's output width 32"):
         fp8ext.calibrate(Model(), [x], head_dim=7, progress=False)

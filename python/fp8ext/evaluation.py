@@ -15,6 +15,8 @@ import os
 
 import torch
 
+from fp8ext.checks import check_positive_int
+
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -76,9 +78,8 @@ def load_model(path: str | None = None):
 
 def token_windows(tokenizer, text: str, window: int = 512, max_tokens: int = 8192) -> torch.Tensor:
     """[num_windows, window] token ids: the first max_tokens tokens, non-overlapping windows."""
-    for name, value in (("window", window), ("max_tokens", max_tokens)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    check_positive_int("window", window)
+    check_positive_int("max_tokens", max_tokens)
     ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids[0]
     n = min(max_tokens, ids.numel()) // window
     if n == 0:
@@ -89,8 +90,7 @@ def token_windows(tokenizer, text: str, window: int = 512, max_tokens: int = 819
 @torch.no_grad()
 def perplexity(model, windows: torch.Tensor, batch_size: int = 4) -> float:
     """exp(mean next-token loss) over tokens 2..window of every window."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    check_positive_int("batch_size", batch_size)
     if not isinstance(windows, torch.Tensor) or windows.dim() != 2 or windows.shape[0] < 1 or windows.shape[1] < 2:
         raise ValueError(f"windows must be a [num_windows >= 1, window >= 2] tensor of token ids, got "
                          f"{tuple(getattr(windows, 'shape', ()))}")

@@ -29,6 +29,7 @@ from typing import Mapping, Sequence
 
 import torch
 
+from fp8ext.checks import check_positive_int
 from fp8ext.ops.kv_cache_reference import CACHE_DTYPES, CPU_CACHE_DTYPES
 
 FP8_CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -47,17 +48,12 @@ def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: to
     return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
 
-def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
 def capacity_tokens(memory_bytes: int, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
                     page_size: int = 16) -> int:
     """Tokens a cache of `memory_bytes` holds, in whole pages (FP8: twice bf16's)."""
     for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
                         ("page_size", page_size)):
-        _check_positive_int(name, value)
+        check_positive_int(name, value)
     page_bytes = page_size * bytes_per_token(num_layers, num_kv_heads, head_dim, dtype)
     return (memory_bytes // page_bytes) * page_size
 
@@ -97,9 +93,9 @@ def plan_splits(batch: int, num_kv_heads: int, max_len: int, num_sms: int = 132,
     MIN_TOKENS_PER_SPLIT tokens. blocks_per_sm defaults to BLOCKS_PER_SM, or 2
     for the pipelined FP8 kernel (pipelined=True) with at most
     FP8_FEW_ITEMS_PER_SM (sequence, KV head) pairs per SM."""
-    _check_positive_int("num_sms", num_sms)
+    check_positive_int("num_sms", num_sms)
     if blocks_per_sm is not None:
-        _check_positive_int("blocks_per_sm", blocks_per_sm)
+        check_positive_int("blocks_per_sm", blocks_per_sm)
     items = max(1, batch * num_kv_heads)
     if blocks_per_sm is None:
         blocks_per_sm = 2 if pipelined and items <= FP8_FEW_ITEMS_PER_SM * num_sms else BLOCKS_PER_SM
@@ -129,9 +125,9 @@ class PagedKVCache:
                  max_pages_per_seq: int | None = None):
         for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
                             ("num_pages", num_pages), ("page_size", page_size)):
-            _check_positive_int(name, value)
+            check_positive_int(name, value)
         if max_pages_per_seq is not None:
-            _check_positive_int("max_pages_per_seq", max_pages_per_seq)
+            check_positive_int("max_pages_per_seq", max_pages_per_seq)
         self.device = torch.device(device)
         if dtype not in (CPU_CACHE_DTYPES if self.device.type == "cpu" else CACHE_DTYPES):
             raise TypeError(f"dtype must be float8_e4m3fn, float8_e5m2, bfloat16 or float16 (float32 on the CPU), "

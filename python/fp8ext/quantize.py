@@ -6,6 +6,7 @@ import math
 import torch
 
 from fp8ext import _native
+from fp8ext.checks import check_positive_int
 from fp8ext.ops.reference import GROUP
 from fp8ext.recipes import Recipe
 from fp8ext.scaling_state import ScalingState
@@ -17,9 +18,7 @@ GRANULARITIES = ("per_tensor", "per_row", "group", "block")
 def _check_pad(pad_k_to) -> int:
     if pad_k_to is None:
         return 0
-    if isinstance(pad_k_to, bool) or not isinstance(pad_k_to, int) or pad_k_to < 1:
-        raise ValueError(f"pad_k_to must be None or a positive int, got {pad_k_to!r}")
-    return pad_k_to
+    return check_positive_int("pad_k_to", pad_k_to, " or None")
 
 
 def _check_state(state, recipe: Recipe, x: torch.Tensor) -> ScalingState:

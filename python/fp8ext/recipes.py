@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from fp8ext.checks import check_positive_int
 from fp8ext.formats import E4M3, FP8Format, get_format
 
 WEIGHT_GRANULARITIES = ("per_tensor", "per_channel", "block")
@@ -95,9 +96,7 @@ class Recipe:
             raise TypeError(f"fast_accum must be a bool, got {type(self.fast_accum).__name__}")
         if not isinstance(self.power_of_two_scales, bool):
             raise TypeError(f"power_of_two_scales must be a bool, got {type(self.power_of_two_scales).__name__}")
-        if isinstance(self.amax_history_len, bool) or not isinstance(self.amax_history_len, int) or \
-                self.amax_history_len < 1:
-            raise ValueError(f"amax_history_len must be an int >= 1, got {self.amax_history_len!r}")
+        check_positive_int("amax_history_len", self.amax_history_len)
         if self.activation_mode != "current" and self.activation_granularity != "per_tensor":
             raise ValueError(
                 f"activation_mode={self.activation_mode!r} needs activation_granularity='per_tensor' "

@@ -5,6 +5,7 @@ import math
 
 import torch
 
+from fp8ext.checks import check_positive_int
 from fp8ext.recipes import Recipe
 
 
@@ -40,8 +41,7 @@ class ScalingState:
     def create(cls, recipe: Recipe | None = None, history_len: int | None = None, device=None) -> "ScalingState":
         """A fresh state: zero history (length from the recipe unless given), scale 1."""
         n = history_len if history_len is not None else (recipe.amax_history_len if recipe else 1)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"history_len must be an int >= 1, got {n!r}")
+        check_positive_int("history_len", n)
         return cls(torch.zeros(n, dtype=torch.float32, device=device),
                    torch.ones((), dtype=torch.float32, device=device))
 
@@ -55,7 +55,7 @@ class ScalingState:
             raise ValueError(f"scale must hold one value, got shape {tuple(scale.shape)}")
         s = torch.as_tensor(scale, dtype=torch.float32, device=device).reshape(()).clone()
         if not (isinstance(scale, torch.Tensor) and scale.device.type != "cpu"):
-            value = float(s.cpu() if s.device.type != "cpu" else s)
+            value = float(s.cpu())
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"scale must be finite and > 0, got {value}")
         return cls(torch.zeros(1, dtype=torch.float32, device=s.device), s)

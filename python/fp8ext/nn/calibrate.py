@@ -12,6 +12,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from fp8ext.checks import check_positive_int
 from fp8ext.formats import E4M3, FP8Format, get_format
 from fp8ext.nn.batches import eval_mode, run_model
 from fp8ext.nn.linear import FP8Linear
@@ -59,9 +60,7 @@ def _progress(batches, enabled: bool):
 
 def _head_dim(model: nn.Module, head_dim: int | None) -> int | None:
     if head_dim is not None:
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
-            raise ValueError(f"head_dim must be an int >= 1 or None, got {head_dim!r}")
-        return head_dim
+        return check_positive_int("head_dim", head_dim, " or None")
     cfg = getattr(model, "config", None)
     if cfg is None:
         return None

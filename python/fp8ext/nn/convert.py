@@ -55,12 +55,8 @@ def _matches(selectors: Iterable[Selector], name: str, module: nn.Module) -> boo
 def _as_list(sel, what: str) -> list:
     if sel is None:
         return []
-    items = [sel] if isinstance(sel, str) or callable(sel) else None
-    if items is None:
-        try:
-            items = list(sel)
-        except TypeError:
-            items = [sel]
+    one = isinstance(sel, str) or callable(sel) or not isinstance(sel, Iterable)
+    items = [sel] if one else list(sel)
     for item in items:
         if not (isinstance(item, str) or callable(item)):
             raise TypeError(f"{what} must be a name pattern (str), a callable (name, module) -> bool, or a list "

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fp8ext.checks import check_positive_int
 from fp8ext.cuda_graphs import capture
 from fp8ext.kv_cache import DecodePlan, PagedKVCache
 from fp8ext.serving.model import LlamaModel, check_prompt
@@ -80,8 +81,7 @@ class Engine:
             raise ValueError(f"cache ({cache.num_layers} layers, {cache.num_kv_heads} KV heads, head_dim "
                              f"{cache.head_dim}) does not fit the model ({model.cfg.num_layers}, "
                              f"{model.cfg.num_kv_heads}, {model.cfg.head_dim})")
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(f"max_batch must be a positive int, got {max_batch!r}")
+        check_positive_int("max_batch", max_batch)
         if cuda_graphs and model.device.type != "cuda":
             raise ValueError(f"cuda_graphs=True needs a model on a CUDA device, got {model.device}")
         self.model, self.cache, self.max_batch = model, cache, max_batch
@@ -95,8 +95,7 @@ class Engine:
     def submit(self, prompt, max_new_tokens: int, eos_token_id: int | None = None) -> int:
         vocab = self.model.cfg.vocab_size
         prompt = check_prompt(prompt, vocab)
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+        check_positive_int("max_new_tokens", max_new_tokens)
         if eos_token_id is not None and (isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int)
                                          or not 0 <= eos_token_id < vocab):
             raise ValueError(f"eos_token_id must be None or an int in [0, {vocab}), got {eos_token_id!r}")

@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from fp8ext.checks import check_positive_int
 from fp8ext.kv_cache import PagedKVCache
 from fp8ext.serving.model import LlamaModel
 
@@ -24,8 +25,7 @@ def perplexity(model: LlamaModel, windows: torch.Tensor, cache_dtype=None, prefi
                          f"{getattr(windows, 'dtype', type(windows).__name__)} {tuple(getattr(windows, 'shape', ()))}")
     if bool(((windows < 0) | (windows >= model.cfg.vocab_size)).any()):
         raise ValueError(f"windows' token ids must be in [0, {model.cfg.vocab_size})")
-    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
-        raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+    check_positive_int("page_size", page_size)
     windows = windows.long()
     batch, width = windows.shape
     if not 1 <= prefix < width:

@@ -9,6 +9,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from fp8ext.checks import check_positive_int
+
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
@@ -25,8 +27,7 @@ def _entry(rank, world, init_file, fn, args):
 
 def spawn_on_gpus(fn, world: int, *args) -> None:
     """Runs fn(rank, world, *args) in `world` processes, rank r on cuda:r, NCCL initialized."""
-    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
-        raise ValueError(f"world must be a positive int (processes, one per GPU), got {world!r}")
+    check_positive_int("world", world, " (processes, one per GPU)")
     if torch.cuda.device_count() < world:
         raise RuntimeError(f"{world} GPUs needed, {torch.cuda.device_count()} visible")
     os.environ.update(MULTICAST_OFF)
