@@ -104,6 +104,15 @@ def test_silu_mul_quantize_is_the_unfused_path(dtype, fp8, shape, device, seed):
     expect_unfused_result(q, s, want_q, want_s, fp8, shape[1] // 2, exact=device == "cpu")
 
 
+@each_device
+def test_silu_mul_quantize_of_no_columns_gives_empty_codes_and_unit_scales(device):
+    """[4, 0]: gate and up are empty, so each row's amax is 0 and its scale 1 (as quantize gives an
+    all-zero row), on both devices."""
+    q, s = silu_mul_quantize(torch.randn(4, 0, dtype=torch.bfloat16, device=device), RowWise())
+    assert q.shape == (4, 0) and q.dtype == torch.float8_e4m3fn and q.device.type == device
+    assert torch.equal(s.cpu(), torch.ones(4))
+
+
 @each_dtype
 @each_fp8
 @pytest.mark.parametrize("shape", SWIGLU_SHAPES, ids=str)
