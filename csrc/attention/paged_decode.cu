@@ -203,20 +203,25 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
         qa[grp * 4 + j][1] = M::pack(x[2], x[3]);
       }
   };
-  load_q(a.softmax_scale);
   // fp16 operands overflow at 65504 (a bf16 q times the softmax scale can pass
   // it): such a head's Q is loaded again scaled by 2^-s into [16384, 32768),
   // which is exact, and its scores are scaled by 2^s in fp32 (through ks). A
-  // non-finite Q is left to give NaN, as the reference does.
-  if constexpr (!M::kBf16) {
-    q_amax = fmaxf(q_amax, __shfl_xor_sync(0xFFFFFFFFu, q_amax, 1));
-    q_amax = fmaxf(q_amax, __shfl_xor_sync(0xFFFFFFFFu, q_amax, 2));
-    if (q_amax >= 32768.0f && q_amax <= FLT_MAX) {
-      const int s = static_cast<int>(__float_as_uint(q_amax) >> 23) - 127 - 14;  // q_amax in [2^(14+s), 2^(15+s))
-      load_q(a.softmax_scale * __uint_as_float(static_cast<uint32_t>(127 - s) << 23));
-      ks *= __uint_as_float(static_cast<uint32_t>(127 + s) << 23);
+  // non-finite Q is left to give NaN, as the reference does. Q is loaded
+  // once the first K/V loads are in flight: loaded before them, its packing
+  // and this check held them back (FP8 rows 1-8% slower, H200, bench/NOTES.md
+  // session 33).
+  auto load_q_fitted = [&] {
+    load_q(a.softmax_scale);
+    if constexpr (!M::kBf16) {
+      q_amax = fmaxf(q_amax, __shfl_xor_sync(0xFFFFFFFFu, q_amax, 1));
+      q_amax = fmaxf(q_amax, __shfl_xor_sync(0xFFFFFFFFu, q_amax, 2));
+      if (q_amax >= 32768.0f && q_amax <= FLT_MAX) {
+        const int s = static_cast<int>(__float_as_uint(q_amax) >> 23) - 127 - 14;  // q_amax in [2^(14+s), 2^(15+s))
+        load_q(a.softmax_scale * __uint_as_float(static_cast<uint32_t>(127 - s) << 23));
+        ks *= __uint_as_float(static_cast<uint32_t>(127 + s) << 23);
+      }
     }
-  }
+  };
 
   float acc[kMTiles][4] = {};
   float m_run = -INFINITY, l_run = 0.0f;  // head g's running max (log2 domain) and this thread's share of the sum
@@ -288,6 +293,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
     int row = resolve_row(load_page(first), first);
     fetch_k(row, cur);
     fetch_v(row, cur);
+    load_q_fitted();
     for (int64_t base = first; base < t_end; base += stride) {
       const int page = load_page(base + stride);  // in flight through this step's compute
       attend_step<C, D>(cur.k, cur.v, qa, acc, m_run, l_run, base, t_end, ks, a.softcap, c);
@@ -325,6 +331,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
       ahead += stride;
       next_row = resolve_row(load_page(ahead), ahead);
     }
+    load_q_fitted();
     for (int64_t base = first; base < t_end; base += stride) {
       issue(next_row, write);  // kStages - 1 steps ahead (zero-filled past the end)
       write = (write + 1) % kStages;
