@@ -20,7 +20,6 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -179,14 +178,12 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
   const int64_t hi = bad_len ? 0 : len;
   const int64_t per_split = (hi - lo + a.num_splits - 1) / a.num_splits;
   const int64_t t_begin = lo + split * per_split, t_end = min(hi, t_begin + per_split);
-  float ks = a.k_scale[a.k_per_head ? kv : 0];  // times head g's Q shift below: the scale of its fp32 scores
-  const float vs = a.v_scale[a.v_per_head ? kv : 0];
+  const float ks = a.k_scale[a.k_per_head ? kv : 0], vs = a.v_scale[a.v_per_head ? kv : 0];
 
   // Q as A fragments, one pair of registers per k-step (rows 8-15 are zero).
   uint32_t qa[kGroups * 4][2];
-  const Q* q = static_cast<const Q*>(a.q) + (b * a.q_heads + h0 + g) * D;
-  float q_amax = 0.0f;  // of this thread's slice of q * softmax_scale
-  auto load_q = [&](float mul) {
+  {
+    const Q* q = static_cast<const Q*>(a.q) + (b * a.q_heads + h0 + g) * D;
 #pragma unroll
     for (int grp = 0; grp < kGroups; ++grp)
 #pragma unroll
@@ -194,34 +191,12 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
         float x[4] = {};
         if (g < nh) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            x[e] = to_float(q[64 * grp + 16 * c + 4 * j + e]) * mul;
-            q_amax = fmaxf(q_amax, fabsf(x[e]));
-          }
+          for (int e = 0; e < 4; ++e) x[e] = to_float(q[64 * grp + 16 * c + 4 * j + e]) * a.softmax_scale;
         }
         qa[grp * 4 + j][0] = M::pack(x[0], x[1]);
         qa[grp * 4 + j][1] = M::pack(x[2], x[3]);
       }
-  };
-  // fp16 operands overflow at 65504 (a bf16 q times the softmax scale can pass
-  // it): such a head's Q is loaded again scaled by 2^-s into [16384, 32768),
-  // which is exact, and its scores are scaled by 2^s in fp32 (through ks). A
-  // non-finite Q is left to give NaN, as the reference does. Q is loaded
-  // once the first K/V loads are in flight: loaded before them, its packing
-  // and this check held them back (FP8 rows 1-8% slower, H200, bench/NOTES.md
-  // session 33).
-  auto load_q_fitted = [&] {
-    load_q(a.softmax_scale);
-    if constexpr (!M::kBf16) {
-      q_amax = fmaxf(q_amax, __shfl_xor_sync(0xFFFFFFFFu, q_amax, 1));
-      q_amax = fmaxf(q_amax, __shfl_xor_sync(0xFFFFFFFFu, q_amax, 2));
-      if (q_amax >= 32768.0f && q_amax <= FLT_MAX) {
-        const int s = static_cast<int>(__float_as_uint(q_amax) >> 23) - 127 - 14;  // q_amax in [2^(14+s), 2^(15+s))
-        load_q(a.softmax_scale * __uint_as_float(static_cast<uint32_t>(127 - s) << 23));
-        ks *= __uint_as_float(static_cast<uint32_t>(127 + s) << 23);
-      }
-    }
-  };
+  }
 
   float acc[kMTiles][4] = {};
   float m_run = -INFINITY, l_run = 0.0f;  // head g's running max (log2 domain) and this thread's share of the sum
@@ -293,7 +268,6 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
     int row = resolve_row(load_page(first), first);
     fetch_k(row, cur);
     fetch_v(row, cur);
-    load_q_fitted();
     for (int64_t base = first; base < t_end; base += stride) {
       const int page = load_page(base + stride);  // in flight through this step's compute
       attend_step<C, D>(cur.k, cur.v, qa, acc, m_run, l_run, base, t_end, ks, a.softcap, c);
@@ -331,7 +305,6 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
       ahead += stride;
       next_row = resolve_row(load_page(ahead), ahead);
     }
-    load_q_fitted();
     for (int64_t base = first; base < t_end; base += stride) {
       issue(next_row, write);  // kStages - 1 steps ahead (zero-filled past the end)
       write = (write + 1) % kStages;

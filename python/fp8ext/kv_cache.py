@@ -280,10 +280,8 @@ class PagedKVCache:
         """Decode attention of q [batch, H_q, D] (one token per sequence of the plan) over the cache.
 
         On the GPU, FP8 and fp16 caches multiply q by softmax_scale and round it
-        to fp16 for the tensor cores (relative error 2^-11; the CPU reference
-        computes in fp32). A head whose |q * softmax_scale| reaches 32768 is
-        scaled down by a power of two first and its scores back up in fp32, so
-        a finite q never overflows.
+        to fp16 for the tensor cores: |q * softmax_scale| must stay below 65504,
+        or that head's output is NaN (the CPU reference computes it in fp32).
         """
         self._check_layer(layer)
         scale = softmax_scale if softmax_scale is not None else self.head_dim ** -0.5

@@ -73,10 +73,10 @@ struct DecodeProblem {
 // A sequence whose length exceeds its table or whose pages lie outside the
 // pool gets NaN outputs (the kernel never reads outside the pools); with a
 // window, only the pages of the tokens it attends to are checked. FP8 and fp16
-// caches round q * softmax_scale to fp16 for the MMA; a head whose values pass
-// 32768 is scaled by a power of two first (undone on its fp32 scores), so no
-// finite q * softmax_scale overflows. With num_splits > 1 the workspace
-// (paged_decode_workspace_bytes) must be 16-byte aligned.
+// caches round q * softmax_scale to fp16 for the MMA, so |q * softmax_scale|
+// >= 65504 gives NaN for that head (the reference computes in fp32). With
+// num_splits > 1 the workspace (paged_decode_workspace_bytes) must be 16-byte
+// aligned.
 size_t paged_decode_workspace_bytes(const DecodeProblem& p);
 cudaError_t paged_decode_attention(const DecodeProblem& p, void* workspace, cudaStream_t stream);
 
