@@ -45,13 +45,15 @@ class AutoChoice:
 
 
 def _candidates(candidates):
+    def malformed(what):
+        return TypeError(f"candidates must be a list of Recipes or (label, Recipe) pairs, got {what!r}")
     if isinstance(candidates, (Recipe, str)):
-        raise TypeError(f"candidates must be a list of Recipes or (label, Recipe) pairs, got {candidates!r}")
+        raise malformed(candidates)
     cands = DEFAULT_CANDIDATES if candidates is None else tuple(candidates)
     out = []
     for c in cands:
         if isinstance(c, tuple) and len(c) != 2:
-            raise TypeError(f"candidates must be a list of Recipes or (label, Recipe) pairs, got {c!r}")
+            raise malformed(c)
         label, recipe = c if isinstance(c, tuple) else (repr(c), c)
         if not isinstance(recipe, Recipe) or recipe.activation_mode != "current":
             raise ValueError(f"auto candidates must be current-scaling Recipes, got {recipe!r}")

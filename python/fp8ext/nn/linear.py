@@ -288,9 +288,10 @@ def _adapt_checkpoint(layer: FP8Linear, sd: dict, prefix: str) -> None:
             raise TypeError(f"{prefix}{name}: scales must be floating point, the checkpoint holds {t.dtype}")
         if t.dtype != torch.float32:
             t = sd[prefix + name] = t.float()  # compressed-tensors may store bf16 scales
-        if not bool((torch.isfinite(t) & (t > 0)).all()):  # load time: reading the values is fine
+        ok = torch.isfinite(t) & (t > 0)
+        if not bool(ok.all()):  # load time: reading the values is fine
             raise ValueError(f"{prefix}{name}: every scale must be finite and > 0 (the checkpoint holds "
-                             f"{t[~(torch.isfinite(t) & (t > 0))].flatten()[:4].tolist()})")
+                             f"{t[~ok].flatten()[:4].tolist()})")
         # Only the other libraries' spellings of the same layout: [N, 1] -> [N], [1] -> [].
         # Any other shape (another granularity with as many values) is left for
         # load_state_dict to refuse as a size mismatch.
