@@ -185,3 +185,38 @@ def test_shard_model_checks_every_projection_before_changing_any():
     # 192 / 2 = 96 rows per shard: not whole 128-row blocks. shard_model asks this before any change.
     with pytest.raises(ValueError, match="layers.0.gate_up: out_features part of 192 rows"):
         _check_shardable(model, 2)
+
+
+# ---- world 1 ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def world_of_one(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("name", ["block", "row", "per_tensor"])
+def test_world_of_one_shards_any_shape_into_the_whole_layer(world_of_one, name, seed):
+    # SmolLM2-135M's sizes: 576 is not a multiple of 128, so no block-wise shard
+    # could be cut at world 2; at world 1 the shard is the layer.
+    torch.manual_seed(seed)
+    qkv = FP8Linear.from_linear(nn.Linear(576, 576 + 192 + 192), RECIPES[name])
+    o = FP8Linear.from_linear(nn.Linear(576, 576), RECIPES[name])
+    x = torch.randn(5, 576)
+    for gather in (False, True):
+        col = parallel.shard(qkv, "column", gather_output=gather, parts=(576, 192, 192))
+        torch.testing.assert_close(col(x), qkv(x), rtol=0, atol=0)
+    torch.testing.assert_close(parallel.shard(o, "row")(x), o(x), rtol=0, atol=0)
+
+
+def test_serving_model_shards_at_world_one_whatever_its_sizes():
+    from fp8ext.serving import LlamaConfig, LlamaModel
+    from fp8ext.serving.tensor_parallel import _check_shardable
+    cfg = LlamaConfig(vocab_size=97, hidden_size=192, intermediate_size=320, num_layers=1, num_heads=3,
+                      num_kv_heads=1, head_dim=64)
+    model = LlamaModel.random(cfg, torch.float32).quantize(BlockWise())
+    _check_shardable(model, 1)  # every size here refuses a 2-way block-wise split
+    with pytest.raises(ValueError, match="layers.0.qkv"):
+        _check_shardable(model, 2)

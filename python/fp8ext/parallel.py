@@ -7,7 +7,8 @@ quantizing: the weight codes and scales are sliced, never re-quantized.
 
 - Column parallel (``style="column"``): rank r keeps output rows
   [r N/w, (r+1) N/w) of the weight with their per-channel or 128x128 block
-  scales (block: N/w a multiple of 128); a per-tensor weight scale is shared.
+  scales (block: N/w a multiple of 128 when w > 1); a per-tensor weight scale
+  is shared.
   The input is replicated, so every rank computes the activation scales of the
   unsharded layer (delayed scaling: each rank's history sees the same amax),
   and the output is exactly the unsharded layer's local slice of N
@@ -28,7 +29,8 @@ quantizing: the weight codes and scales are sliced, never re-quantized.
   to 6.40 and 16.62 to 11.63 ms). The cost: the activation codes differ from
   the unsharded layer's, so TP = 2 equals TP = 1 within FP8 tolerance, not bit
   for bit. Block and group scales need K/w to be a multiple of 128 (then a
-  shard's 1x128 groups are the unsharded layer's).
+  shard's 1x128 groups are the unsharded layer's). At w = 1 every layer
+  shards, whatever its sizes: the shard is the whole layer.
 """
 from __future__ import annotations
 
@@ -79,7 +81,7 @@ class TensorParallelFP8Linear(nn.Module):
                                       _column_scale(layer, rows), bias, k, sum(hi - lo for lo, hi in rows))
         else:
             lo, hi = _rank_cols(k, world, rank, blocks)
-            scale = layer.weight_scale[:, lo // GROUP: hi // GROUP] if blocks else layer.weight_scale
+            scale = layer.weight_scale[:, lo // GROUP: _blocks_to(hi)] if blocks else layer.weight_scale
             self.local = _local_layer(layer, codes[:, lo:hi], scale, None, hi - lo, n)
             self.register_buffer("bias", full_bias)  # added once, after the sum
 
@@ -97,12 +99,20 @@ def _column_scale(layer: FP8Linear, rows: list) -> torch.Tensor:
     if layer.recipe.weight_granularity == "per_channel" or scale.dim() == 1 and scale.numel() == layer.out_features:
         return torch.cat([scale[lo:hi] for lo, hi in rows])
     if layer.recipe.weight_granularity == "block":
-        return torch.cat([scale[lo // GROUP: hi // GROUP] for lo, hi in rows])
+        return torch.cat([scale[lo // GROUP: _blocks_to(hi)] for lo, hi in rows])
     return scale
 
 
+def _blocks_to(hi: int) -> int:
+    """The end of the 128-blocks covering rows or columns [.., hi): a shard's end
+    is a block edge, but at world 1 it is the layer's, whose last block may be partial."""
+    return -(-hi // GROUP)
+
+
 def _rank_cols(k: int, world: int, rank: int, blocks: bool) -> tuple:
-    """The input columns [lo, hi) a row shard keeps."""
+    """The input columns [lo, hi) a row shard keeps (at world 1: all of them, any K)."""
+    if world == 1:
+        return 0, k
     if k % world or (blocks and (k // world) % GROUP):
         raise ValueError(f"in_features ({k}) must split into {world} equal shards"
                          + (f" that are multiples of {GROUP} (block and group scales)" if blocks else ""))
@@ -140,7 +150,10 @@ def _checked_parts(parts, out_features: int) -> tuple:
 
 def _rank_rows(parts, world: int, rank: int, blocks: bool) -> list:
     """The output rows a rank keeps: its 1/world of each part of a fused layer
-    (q, k, v or gate, up), as [(lo, hi)] in the fused layer's rows."""
+    (q, k, v or gate, up), as [(lo, hi)] in the fused layer's rows. At world 1
+    that is the whole layer, whatever its sizes."""
+    if world == 1:
+        return [(0, sum(parts))]
     rows, start = [], 0
     for size in parts:
         if size % world or (blocks and (size // world) % GROUP):
