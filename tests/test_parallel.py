@@ -211,12 +211,19 @@ def test_world_of_one_shards_any_shape_into_the_whole_layer(world_of_one, name, 
     torch.testing.assert_close(parallel.shard(o, "row")(x), o(x), rtol=0, atol=0)
 
 
-def test_serving_model_shards_at_world_one_whatever_its_sizes():
-    from fp8ext.serving import LlamaConfig, LlamaModel
-    from fp8ext.serving.tensor_parallel import _check_shardable
+def test_serving_model_shards_at_world_one_whatever_its_sizes(world_of_one, seed):
+    from fp8ext.kv_cache import PagedKVCache
+    from fp8ext.serving import Engine, LlamaConfig, LlamaModel
+    from fp8ext.serving.tensor_parallel import _check_shardable, shard_model
     cfg = LlamaConfig(vocab_size=97, hidden_size=192, intermediate_size=320, num_layers=1, num_heads=3,
                       num_kv_heads=1, head_dim=64)
-    model = LlamaModel.random(cfg, torch.float32).quantize(BlockWise())
-    _check_shardable(model, 1)  # every size here refuses a 2-way block-wise split
-    with pytest.raises(ValueError, match="layers.0.qkv"):
-        _check_shardable(model, 2)
+    with pytest.raises(ValueError, match="layers.0.qkv"):  # every size here refuses a 2-way block-wise split
+        _check_shardable(LlamaModel.random(cfg, torch.float32, "cpu", seed).quantize(BlockWise()), 2)
+    full, part = (LlamaModel.random(cfg, torch.float32, "cpu", seed).quantize(BlockWise()) for _ in range(2))
+    part = shard_model(part)
+    prompts = [torch.randint(0, 97, (n,), generator=torch.Generator().manual_seed(seed)).tolist() for n in (3, 20)]
+
+    def generate(model):
+        return Engine(model, PagedKVCache(1, 1, 64, 16, 16, torch.float32)).generate(prompts, 6)
+
+    assert generate(part) == generate(full)
