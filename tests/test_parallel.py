@@ -217,9 +217,9 @@ def test_serving_model_shards_at_world_one_whatever_its_sizes(world_of_one, seed
     from fp8ext.serving.tensor_parallel import _check_shardable, shard_model
     cfg = LlamaConfig(vocab_size=97, hidden_size=192, intermediate_size=320, num_layers=1, num_heads=3,
                       num_kv_heads=1, head_dim=64)
-    with pytest.raises(ValueError, match="layers.0.qkv"):  # every size here refuses a 2-way block-wise split
-        _check_shardable(LlamaModel.random(cfg, torch.float32, "cpu", seed).quantize(BlockWise()), 2)
     full, part = (LlamaModel.random(cfg, torch.float32, "cpu", seed).quantize(BlockWise()) for _ in range(2))
+    with pytest.raises(ValueError, match="layers.0.qkv"):  # every size here refuses a 2-way block-wise split
+        _check_shardable(full, 2)
     part = shard_model(part)
     prompts = [torch.randint(0, 97, (n,), generator=torch.Generator().manual_seed(seed)).tolist() for n in (3, 20)]
 
