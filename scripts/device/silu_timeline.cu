@@ -1,0 +1,102 @@
+// Times the fused SwiGLU + per-token quantize kernel (silu_mul_quantize_per_row)
+// in one CUDA graph of back-to-back calls, so that two builds of the kernel can
+// be compared in one process with no extension build (bench/wip's 512-thread
+// patch against main). Prints us a call and a hash of the FP8 output and the
+// row scales: equal hashes mean the builds computed the same bits.
+//
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+//        -DFP8EXT_WITH_SM90=1 -Icsrc/include -Icsrc scripts/device/silu_timeline.cu -o /tmp/silu_timeline
+//   /tmp/silu_timeline ROWS INTERMEDIATE [bf16|fp32]
+// -DSILU_SOURCE='"path"' builds another version (relative to this file; keep the
+// copy in csrc/quant/, where its own includes resolve).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#ifndef SILU_SOURCE
+#define SILU_SOURCE "../../csrc/quant/silu_mul_quantize.cu"
+#endif
+#include SILU_SOURCE
+
+#define CHECK(x)                                                                               \
+  do {                                                                                         \
+    cudaError_t err_ = (x);                                                                    \
+    if (err_ != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_)); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+constexpr int kCalls = 20, kReplays = 20;
+
+// Pseudo-random inputs in about +-4: bf16 as bytes (high byte 0x3F/0x40 or
+// their negatives), fp32 as a hash mapped to [-4, 4).
+__global__ void fill(void* p, size_t n, bool fp32) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    if (fp32) static_cast<float*>(p)[i] = (h >> 8) * (8.0f / 16777216.0f) - 4.0f;
+    else static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>((h & 0x807F) | (h & 0x100 ? 0x4000 : 0x3F80));
+  }
+}
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s ROWS INTERMEDIATE [bf16|fp32]\n", argv[0]);
+    return 2;
+  }
+  const int64_t rows = std::atoll(argv[1]), inter = std::atoll(argv[2]);
+  const bool fp32 = argc > 3 && std::strcmp(argv[3], "fp32") == 0;
+  if (rows < 1 || inter < 1) {
+    std::fprintf(stderr, "ROWS and INTERMEDIATE must be positive\n");
+    return 2;
+  }
+  using namespace fp8ext;
+  const size_t elem = fp32 ? 4 : 2, n_in = static_cast<size_t>(rows * 2 * inter);
+  const int64_t padded = round_up(inter, int64_t{16});
+  void* x;
+  uint8_t* q;
+  float* scales;
+  CHECK(cudaMalloc(&x, n_in * elem));
+  CHECK(cudaMalloc(&q, rows * padded));
+  CHECK(cudaMalloc(&scales, rows * 4));
+  fill<<<1024, 256>>>(x, n_in, fp32);
+  CHECK(cudaGetLastError());
+
+  const ConstMatrix in{x, fp32 ? DType::kFloat32 : DType::kBFloat16, rows, 2 * inter, 2 * inter};
+  const Fp8Matrix out{q, Fp8Format::kE4M3, rows, inter, padded};
+  const ScaleRule rule{};
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CHECK(cuda::silu_mul_quantize_per_row(in, rule, out, scales, stream));
+  CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < kCalls; ++i) CHECK(cuda::silu_mul_quantize_per_row(in, rule, out, scales, stream));
+  CHECK(cudaStreamEndCapture(stream, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  CHECK(cudaEventRecord(start, stream));
+  for (int r = 0; r < kReplays; ++r) CHECK(cudaGraphLaunch(exec, stream));
+  CHECK(cudaEventRecord(stop, stream));
+  CHECK(cudaStreamSynchronize(stream));
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, start, stop));
+  const double us = 1e3 * ms / (kReplays * kCalls);
+
+  // FNV-1a over the FP8 output and the row scales.
+  std::vector<uint8_t> host(rows * padded + rows * 4);
+  CHECK(cudaMemcpy(host.data(), q, rows * padded, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(host.data() + rows * padded, scales, rows * 4, cudaMemcpyDeviceToHost));
+  uint64_t hash = 1469598103934665603ull;
+  for (uint8_t byte : host) hash = (hash ^ byte) * 1099511628211ull;
+  const double bytes = double(n_in) * elem + double(rows) * padded;  // read x, write q
+  std::printf("rows %lld inter %lld %s: %.3f us a call, %.3f TB/s, output %016llx\n", (long long)rows,
+              (long long)inter, fp32 ? "fp32" : "bf16", us, bytes / us / 1e6, (unsigned long long)hash);
+  return 0;
+}
