@@ -29,18 +29,11 @@
 #endif
 #include DECODE_SOURCE
 
+#include "graph_timing.cuh"
+
 #ifdef FP8EXT_DECODE_TIMELINE
 namespace tl = fp8ext::cuda::decode_timeline;
 #endif
-
-#define CHECK(x)                                                                               \
-  do {                                                                                         \
-    cudaError_t err_ = (x);                                                                    \
-    if (err_ != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
 
 constexpr int kQHeads = 32, kKvHeads = 8, kDim = 128, kCalls = 20, kReplays = 10;
 
@@ -120,28 +113,11 @@ int main(int argc, char** argv) {
       &blocks_per_sm, fp8ext::cuda::decode_kernel<__nv_bfloat16, fp8ext::cuda::CacheDType::kE4M3, kDim, true>, 128,
       fp8ext::cuda::kPipelineSmemBytes));
   CHECK(cudaStreamSynchronize(stream));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < kCalls; ++i) CHECK(paged_decode_attention(p, workspace, stream));
-  CHECK(cudaStreamEndCapture(stream, &graph));
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CHECK(cudaGraphLaunch(exec, stream));  // warm-up
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  CHECK(cudaEventRecord(start, stream));
-  for (int r = 0; r < kReplays; ++r) CHECK(cudaGraphLaunch(exec, stream));
-  CHECK(cudaEventRecord(stop, stream));
-  CHECK(cudaStreamSynchronize(stream));
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, start, stop));
-  const double us_per_call = 1e3 * ms / (kReplays * kCalls);
-  // FNV-1a of the output's bytes: equal across versions that compute the same thing.
+  const double us_per_call =
+      graph_us_per_call(stream, kCalls, kReplays, [&](cudaStream_t s) { return paged_decode_attention(p, workspace, s); });
   std::vector<uint8_t> host_out(q_bytes);
   CHECK(cudaMemcpy(host_out.data(), out, host_out.size(), cudaMemcpyDeviceToHost));
-  uint64_t hash = 1469598103934665603ull;
-  for (uint8_t byte : host_out) hash = (hash ^ byte) * 1099511628211ull;
+  const uint64_t hash = fnv1a(host_out);
   if (const char* dump = std::getenv("DECODE_DUMP")) {  // the raw bf16 output, to compare versions that round differently
     if (FILE* f = std::fopen(dump, "wb")) {
       std::fwrite(host_out.data(), 1, host_out.size(), f);

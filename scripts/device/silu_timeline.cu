@@ -19,14 +19,7 @@
 #endif
 #include SILU_SOURCE
 
-#define CHECK(x)                                                                               \
-  do {                                                                                         \
-    cudaError_t err_ = (x);                                                                    \
-    if (err_ != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
+#include "graph_timing.cuh"
 
 constexpr int kCalls = 20, kReplays = 20;
 
@@ -71,30 +64,13 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   CHECK(cuda::silu_mul_quantize_per_row(in, rule, out, scales, stream));
   CHECK(cudaStreamSynchronize(stream));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < kCalls; ++i) CHECK(cuda::silu_mul_quantize_per_row(in, rule, out, scales, stream));
-  CHECK(cudaStreamEndCapture(stream, &graph));
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CHECK(cudaGraphLaunch(exec, stream));  // warm-up
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  CHECK(cudaEventRecord(start, stream));
-  for (int r = 0; r < kReplays; ++r) CHECK(cudaGraphLaunch(exec, stream));
-  CHECK(cudaEventRecord(stop, stream));
-  CHECK(cudaStreamSynchronize(stream));
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, start, stop));
-  const double us = 1e3 * ms / (kReplays * kCalls);
+  const double us = graph_us_per_call(stream, kCalls, kReplays, [&](cudaStream_t s) { return cuda::silu_mul_quantize_per_row(in, rule, out, scales, s); });
 
-  // FNV-1a over the FP8 output and the row scales.
+  // The FP8 output and the row scales, hashed.
   std::vector<uint8_t> host(rows * padded + rows * 4);
   CHECK(cudaMemcpy(host.data(), q, rows * padded, cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(host.data() + rows * padded, scales, rows * 4, cudaMemcpyDeviceToHost));
-  uint64_t hash = 1469598103934665603ull;
-  for (uint8_t byte : host) hash = (hash ^ byte) * 1099511628211ull;
+  const uint64_t hash = fnv1a(host);
   const double bytes = double(n_in) * elem + double(rows) * padded;  // read x, write q
   std::printf("rows %lld inter %lld %s: %.3f us a call, %.3f TB/s, output %016llx\n", (long long)rows,
               (long long)inter, fp32 ? "fp32" : "bf16", us, bytes / us / 1e6, (unsigned long long)hash);
