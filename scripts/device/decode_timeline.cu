@@ -114,7 +114,9 @@ int main(int argc, char** argv) {
       fp8ext::cuda::kPipelineSmemBytes));
   CHECK(cudaStreamSynchronize(stream));
   const double us_per_call =
-      graph_us_per_call(stream, kCalls, kReplays, [&](cudaStream_t s) { return paged_decode_attention(p, workspace, s); });
+      graph_us_per_call(stream, kCalls, kReplays, [&](cudaStream_t s) {
+        return paged_decode_attention(p, workspace, s);
+      });
   std::vector<uint8_t> host_out(q_bytes);
   CHECK(cudaMemcpy(host_out.data(), out, host_out.size(), cudaMemcpyDeviceToHost));
   const uint64_t hash = fnv1a(host_out);

@@ -64,7 +64,9 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   CHECK(cuda::silu_mul_quantize_per_row(in, rule, out, scales, stream));
   CHECK(cudaStreamSynchronize(stream));
-  const double us = graph_us_per_call(stream, kCalls, kReplays, [&](cudaStream_t s) { return cuda::silu_mul_quantize_per_row(in, rule, out, scales, s); });
+  const double us = graph_us_per_call(stream, kCalls, kReplays, [&](cudaStream_t s) {
+    return cuda::silu_mul_quantize_per_row(in, rule, out, scales, s);
+  });
 
   // The FP8 output and the row scales, hashed.
   std::vector<uint8_t> host(rows * padded + rows * 4);
