@@ -113,10 +113,9 @@ int main(int argc, char** argv) {
       &blocks_per_sm, fp8ext::cuda::decode_kernel<__nv_bfloat16, fp8ext::cuda::CacheDType::kE4M3, kDim, true>, 128,
       fp8ext::cuda::kPipelineSmemBytes));
   CHECK(cudaStreamSynchronize(stream));
-  const double us_per_call =
-      graph_us_per_call(stream, kCalls, kReplays, [&](cudaStream_t s) {
-        return paged_decode_attention(p, workspace, s);
-      });
+  const double us_per_call = graph_us_per_call(stream, kCalls, kReplays, [&](cudaStream_t s) {
+    return paged_decode_attention(p, workspace, s);
+  });
   std::vector<uint8_t> host_out(q_bytes);
   CHECK(cudaMemcpy(host_out.data(), out, host_out.size(), cudaMemcpyDeviceToHost));
   const uint64_t hash = fnv1a(host_out);
