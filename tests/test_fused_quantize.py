@@ -14,8 +14,10 @@ from fp8ext.recipes import BlockWise, CurrentScaling, PerTensorStatic, RowWise
 from quant_cases import FP8, random_input, same_bits
 
 SHAPES = [(1, 1), (1, 4100), (3, 127), (5, 129), (33, 1000), (16, 4096), (3, 12288)]  # 12288: past the cached chunks
-# [gate | up] widths: I = 1, 127, 129, 4100, 14336 (Llama-3.1-8B), 20000
-SWIGLU_SHAPES = [(1, 2), (3, 254), (5, 258), (16, 8200), (2, 28672), (1, 40000)]  # 40000: past the cached chunks
+# [gate | up] widths: I = 1, 127, 129, 4100, 14336 (Llama-3.1-8B), 20000 (past the cached chunks); more
+# rows than an H100/H200 has SMs take the CUDA kernel's narrow blocks (16-bit inputs, I <= 16384)
+SWIGLU_SHAPES = [(1, 2), (3, 254), (5, 258), (16, 8200), (2, 28672), (1, 40000),
+                 (300, 258), (200, 28672), (140, 32768), (140, 40000)]
 each_dtype = pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 each_fp8 = pytest.mark.parametrize("fp8", FP8, ids=str)
 each_device = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
