@@ -14,8 +14,8 @@ from fp8ext.recipes import BlockWise, CurrentScaling, PerTensorStatic, RowWise
 from quant_cases import FP8, random_input, same_bits
 
 SHAPES = [(1, 1), (1, 4100), (3, 127), (5, 129), (33, 1000), (16, 4096), (3, 12288)]  # 12288: past the cached chunks
-# [gate | up] widths: I = 1, 127, 129, 4100, 14336 (Llama-3.1-8B), 20000 (past the cached chunks); more
-# rows than an H100/H200 has SMs take the CUDA kernel's narrow blocks (16-bit inputs, I <= 16384)
+# [gate | up] widths: I = 1, 127, 129, 4100, 14336 (Llama-3.1-8B), 20000 (past the cached chunks); and
+# more rows than an H100/H200 has SMs (a second wave of blocks)
 SWIGLU_SHAPES = [(1, 2), (3, 254), (5, 258), (16, 8200), (2, 28672), (1, 40000),
                  (300, 258), (200, 28672), (140, 32768), (140, 40000)]
 each_dtype = pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)

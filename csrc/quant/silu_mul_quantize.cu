@@ -6,14 +6,10 @@
 //                                the multiply rounded to T, as PyTorch does)
 //   q = per-row quantization of y, as quantize_per_row.
 // Each thread loads its own chunk of gate and up and keeps its y (in T: y is
-// rounded to T anyway), so a row of up to 1024 chunks (I = 16384) costs
+// rounded to T anyway), so a row of up to kThreads chunks (I = 16384) costs
 // one round trip to memory, and each step's code exists once: at decode sizes
 // (M = 1, one block) latency and the instruction cache are the cost (see
 // quantize_chunk). Longer rows recompute the tail's y for the quantize step.
-// That wide block holds a whole SM (64 registers a thread), so when there are
-// more rows than SMs, 16-bit rows of up to 16384 take narrow blocks instead
-// (256 threads, four cached chunks each; two blocks an SM): one row's silu
-// and quantize steps then overlap the next row's loads.
 #include <algorithm>
 
 #include "fp8ext/quantize_cuda.h"
@@ -25,13 +21,7 @@ namespace {
 
 using namespace detail;
 
-// Threads a block (at most), chunks each thread keeps, blocks an SM.
-template <int Threads, int Cached, int MinBlocks>
-struct BlockShape {
-  static constexpr int kThreads = Threads, kCached = Cached, kMinBlocks = MinBlocks;
-};
-using WideBlock = BlockShape<1024, 1, 1>;   // few rows: latency
-using NarrowBlock = BlockShape<256, 4, 2>;  // many 16-bit rows: throughput
+constexpr int kThreads = 1024, kCached = 1;
 
 template <typename T>
 __device__ __forceinline__ void silu_mul_chunk(const float (&g)[kChunk], const float (&u)[kChunk], int64_t c0,
@@ -43,10 +33,9 @@ __device__ __forceinline__ void silu_mul_chunk(const float (&g)[kChunk], const f
   }
 }
 
-template <typename T, Fp8Format F, class Shape>
-__global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocks)
-    silu_mul_quantize_kernel(Input<T> gate, Input<T> up, Output out, ScaleRule rule, float* row_scales) {
-  constexpr int kCached = Shape::kCached;
+template <typename T, Fp8Format F>
+__global__ void __launch_bounds__(kThreads) silu_mul_quantize_kernel(Input<T> gate, Input<T> up, Output out,
+                                                                     ScaleRule rule, float* row_scales) {
   __shared__ float smem[32];
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
   const int64_t r = blockIdx.x;
@@ -97,13 +86,7 @@ cudaError_t silu_mul_quantize_per_row(const ConstMatrix& x, const ScaleRule& rul
   if (x.rows == 0) return cudaSuccess;
   const int64_t half = x.cols / 2;
   const int64_t chunks = std::max<int64_t>(1, ceil_div(q.padded_cols, kChunk));
-  const bool narrow = x.dtype != DType::kFloat32 && x.rows > current_device_info().sm_count &&
-                      chunks <= int64_t{NarrowBlock::kThreads} * NarrowBlock::kCached;
-  // Enough threads for the row, in whole warps, at most the shape's.
-  auto threads_for = [&](auto shape) {
-    using Shape = decltype(shape);
-    return static_cast<int>(std::min<int64_t>(Shape::kThreads, round_up(ceil_div(chunks, Shape::kCached), 32)));
-  };
+  const int threads = static_cast<int>(std::min<int64_t>(kThreads, round_up(ceil_div(chunks, kCached), 32)));
   const Output out = make_output(q);
   const size_t elem = x.dtype == DType::kFloat32 ? 4 : 2;
   const ConstMatrix gate{x.data, x.dtype, x.rows, half, x.row_stride};
@@ -111,17 +94,8 @@ cudaError_t silu_mul_quantize_per_row(const ConstMatrix& x, const ScaleRule& rul
   cudaError_t err = cudaSuccess;
   dispatch(gate, q.format, [&](auto in_gate, auto fmt) {
     using T = typename decltype(in_gate)::Element;
-    constexpr Fp8Format F = decltype(fmt)::value;
-    const dim3 grid(static_cast<unsigned>(x.rows));
-    if constexpr (sizeof(T) == 2) {
-      if (narrow) {
-        err = launch(silu_mul_quantize_kernel<T, F, NarrowBlock>, grid, dim3(threads_for(NarrowBlock{})), stream,
-                     in_gate, make_input<T>(up), out, rule, row_scales);
-        return;
-      }
-    }
-    err = launch(silu_mul_quantize_kernel<T, F, WideBlock>, grid, dim3(threads_for(WideBlock{})), stream, in_gate,
-                 make_input<T>(up), out, rule, row_scales);
+    err = launch(silu_mul_quantize_kernel<T, decltype(fmt)::value>, dim3(static_cast<unsigned>(x.rows)),
+                 dim3(threads), stream, in_gate, make_input<T>(up), out, rule, row_scales);
   });
   return err;
 }
