@@ -3,9 +3,9 @@
 the silu_timeline loop's output): one line per run, "ROUND BINARY ... ROW:
 ... X us a call ... output HASH ...". Rows are keyed by the text before the
 first ':' (round and binary left out); each binary's median us is compared
-with the baseline binary's, and the output
-hashes tell whether the versions computed the same bits. The loops shuffle
-the binaries' order, so the baseline is named, not taken from the file.
+with the baseline binary's, and the output hashes tell whether the versions
+computed the same bits. The loops shuffle the binaries' order, so the
+baseline is named, not taken from the file.
 
   usage: ab_summary.py AB.txt --baseline NAME [--json OUT.json --commit C --gpu G --op OP --command CMD]
 """
