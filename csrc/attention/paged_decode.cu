@@ -27,7 +27,7 @@
 #include <type_traits>
 
 #include "../quant/quant_common.cuh"
-#include "fp8ext/cp_async.cuh"
+#include "cp_async.cuh"
 #include "decode_step.cuh"
 #include "decode_timeline.cuh"
 #include "fp8ext/cuda_launch.h"

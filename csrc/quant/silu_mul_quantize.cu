@@ -11,9 +11,10 @@
 // one round trip to memory, and each step's code exists once: at decode sizes
 // (M = 1, one block) latency and the instruction cache are the cost (see
 // quantize_chunk). Longer rows recompute the tail's y for the quantize step.
+// With many rows each block also asks L2 for the row that the block taking its
+// place will read (see prefetch_next_wave).
 #include <algorithm>
 
-#include "fp8ext/cp_async.cuh"
 #include "fp8ext/quantize_cuda.h"
 #include "quant_common.cuh"
 #include "row_quantize.cuh"
@@ -24,6 +25,23 @@ namespace {
 using namespace detail;
 
 constexpr int kThreads = 1024, kCached = 1;
+
+// Rows are handed to SMs in order as blocks finish, so the block that takes
+// block r's place reads about row r + wave (wave: the blocks resident at
+// once). Block r asks L2 for that row's gate and up (adjacent halves of one
+// row of x), a 128-byte line per thread per step, and does not wait: the
+// loads then overlap this block's compute, reduction and stores, which a
+// block holding a whole SM (I ~ 14K: 896 threads of 64 registers) otherwise
+// leaves without loads in flight. wave = 0: no prefetch.
+template <typename T>
+__device__ __forceinline__ void prefetch_next_wave(const Input<T>& gate, const Input<T>& up, int64_t r,
+                                                   int64_t wave) {
+  if (wave == 0 || r + wave >= gate.rows) return;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(gate.data + (r + wave) * gate.row_stride) & ~uintptr_t{127};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(up.data + (r + wave) * up.row_stride + up.cols);
+  for (uintptr_t line = begin + threadIdx.x * uintptr_t{128}; line < end; line += blockDim.x * uintptr_t{128})
+    prefetch_l2(reinterpret_cast<const void*>(line));
+}
 
 // silu(g) = g / (1 + e^-g) on the special-function unit: e^-g as 2^(-g log2(e))
 // and an approximate reciprocal, 6 instructions where expf and the IEEE
@@ -88,10 +106,12 @@ __device__ __forceinline__ typename Input<T>::Raw silu_mul_chunk(const typename 
 
 template <typename T, Fp8Format F>
 __global__ void __launch_bounds__(kThreads) silu_mul_quantize_kernel(Input<T> gate, Input<T> up, Output out,
-                                                                     ScaleRule rule, float* row_scales) {
+                                                                     ScaleRule rule, float* row_scales,
+                                                                     int64_t wave) {
   __shared__ float smem[32];
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
   const int64_t r = blockIdx.x;
+  prefetch_next_wave(gate, up, r, wave);
   const int64_t write_chunks = ceil_div(out.padded_cols, kChunk);
   using Raw = typename Input<T>::Raw;
   Raw y_cached[kCached];
@@ -125,98 +145,6 @@ __global__ void __launch_bounds__(kThreads) silu_mul_quantize_kernel(Input<T> ga
   quantize_row<F>(for_each_y, out, r, rule, row_scales, smem);
 }
 
-// Many rows: the kernel above holds an SM with one block (at I ~ 14K) that
-// loads its row, waits, computes, reduces and stores, so the SM's loads stop
-// between rows (1.5 TB/s at 2048 x 14336, bench/NOTES.md session 37). Here a
-// block stays resident and walks rows r, r + grid, ...: each thread copies its
-// own chunk of the next kStages rows into shared memory with cp.async while it
-// works on the current one. A thread reads back only what it copied, so the
-// stages need no barrier. For rows of whole 16-byte words with one chunk per
-// thread (I <= 16384 for 16-bit inputs) whose stages fit in shared memory.
-constexpr int kStages = 3;
-
-template <typename T>
-constexpr size_t pipeline_smem_bytes(int threads) {
-  return size_t{kStages} * 2 * threads * kChunk * sizeof(T);
-}
-
-template <typename T, Fp8Format F>
-__global__ void __launch_bounds__(kThreads) silu_mul_quantize_pipelined_kernel(Input<T> gate, Input<T> up,
-                                                                               Output out, ScaleRule rule,
-                                                                               float* row_scales) {
-  constexpr int kWords = Input<T>::kWords;
-  extern __shared__ uint4 stages[];  // [stage][gate, up][word][thread]: conflict-free 16-byte accesses
-  __shared__ float smem[32];
-  begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): nothing in memory is touched before this
-  const int64_t c0 = int64_t{threadIdx.x} * kChunk;
-  const bool writes = c0 < out.padded_cols;
-  auto word = [&](int stage, int half, int w) { return stages + ((stage * 2 + half) * kWords + w) * blockDim.x + threadIdx.x; };
-  // One commit group per row, also when there is nothing to copy, so that a
-  // wait for "at most kStages - 1 in flight" means this row's copies landed.
-  auto copy_row = [&](int64_t r, int stage) {
-    if (writes && r < gate.rows) {
-#pragma unroll
-      for (int w = 0; w < kWords; ++w) {
-        const int64_t col = c0 + w * (16 / int64_t{sizeof(T)});
-        cp_async_16(word(stage, 0, w), gate.data + r * gate.row_stride + col, col < gate.cols);  // zeros past the end
-        cp_async_16(word(stage, 1, w), up.data + r * up.row_stride + col, col < up.cols);
-      }
-    }
-    cp_async_commit();
-  };
-#pragma unroll
-  for (int s = 0; s < kStages; ++s) copy_row(blockIdx.x + int64_t{s} * gridDim.x, s);
-  int stage = 0;
-  for (int64_t r = blockIdx.x; r < gate.rows; r += gridDim.x) {
-    cp_async_wait<kStages - 1>();
-    typename Input<T>::Raw g, u;
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) g.words[w] = *word(stage, 0, w), u.words[w] = *word(stage, 1, w);
-    copy_row(r + int64_t{kStages} * gridDim.x, stage);  // into the slot just read
-    const auto y_raw = silu_mul_chunk<T>(g, u, c0, gate.cols);
-    auto for_each_y = [&](auto&& fn) {
-      if (!writes) return;
-      float y[kChunk];
-      Input<T>::unpack(y_raw, y);
-      fn(c0, y);
-    };
-    quantize_row<F>(for_each_y, out, r, rule, row_scales, smem);
-    stage = stage + 1 == kStages ? 0 : stage + 1;
-  }
-  cp_async_wait<0>();  // no copy outlives the block
-}
-
-// Launches the pipelined kernel on a grid of the blocks that fit at once, or
-// returns false (nothing launched) where it does not apply.
-template <typename T, Fp8Format F>
-bool launch_pipelined(const Input<T>& gate, const Input<T>& up, const Output& out, const ScaleRule& rule,
-                      float* row_scales, int64_t chunks, cudaStream_t stream, cudaError_t& err) {
-  constexpr int kMaxSmem = 226 * 1024;  // an sm_90 block's opt-in limit (227 KB) less the static smem
-  const int threads = static_cast<int>(round_up(chunks, 32));
-  const size_t smem = pipeline_smem_bytes<T>(threads);
-  const DeviceInfo& device = current_device_info();
-  if (!device.hopper() || !gate.vec || gate.cols % (16 / sizeof(T)) != 0 || chunks > kThreads || smem > kMaxSmem)
-    return false;
-  // Blocks an SM holds: 64 registers a thread (the launch bound) leaves it
-  // 1024 threads; 228 KB of shared memory, 1 KB of it reserved per block.
-  const int per_sm = std::min(kThreads / threads, static_cast<int>((228 * 1024) / (smem + 1024)));
-  const int64_t resident = int64_t{device.sm_count} * std::max(per_sm, 1);
-  if (gate.rows < 2 * resident) return false;  // fewer rows than two waves: nothing to overlap
-  auto* kernel = silu_mul_quantize_pipelined_kernel<T, F>;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);  // cheap; allowed under capture
-  if (err != cudaSuccess) return true;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(resident));
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  config.attrs = attr;
-  config.numAttrs = pdl_attribute(attr[0]);
-  err = cudaLaunchKernelEx(&config, kernel, gate, up, out, rule, row_scales);
-  return true;
-}
-
 }  // namespace
 
 cudaError_t silu_mul_quantize_per_row(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
@@ -226,6 +154,13 @@ cudaError_t silu_mul_quantize_per_row(const ConstMatrix& x, const ScaleRule& rul
   const int64_t half = x.cols / 2;
   const int64_t chunks = std::max<int64_t>(1, ceil_div(q.padded_cols, kChunk));
   const int threads = static_cast<int>(std::min<int64_t>(kThreads, round_up(ceil_div(chunks, kCached), 32)));
+  // The prefetch pays where one block holds an SM with one chunk a thread
+  // (8K < I <= 16K, 16-bit input) and there are four waves of rows or more: on
+  // an H100, 2048 x 14336 bf16 took 66.9 us against 72.8 without it, 4096 rows
+  // 123.5 against 139.4; it lost 1-8% with fewer rows, with two chunks a thread
+  // (I = 28672), with fp32 and at I = 4096 (bench/NOTES.md, session 37).
+  const int64_t sms = current_device_info().sm_count;
+  const bool prefetch = x.dtype != DType::kFloat32 && threads > kThreads / 2 && chunks <= threads && x.rows >= 4 * sms;
   const Output out = make_output(q);
   const size_t elem = x.dtype == DType::kFloat32 ? 4 : 2;
   const ConstMatrix gate{x.data, x.dtype, x.rows, half, x.row_stride};
@@ -233,10 +168,8 @@ cudaError_t silu_mul_quantize_per_row(const ConstMatrix& x, const ScaleRule& rul
   cudaError_t err = cudaSuccess;
   dispatch(gate, q.format, [&](auto in_gate, auto fmt) {
     using T = typename decltype(in_gate)::Element;
-    constexpr Fp8Format kF = decltype(fmt)::value;
-    if (launch_pipelined<T, kF>(in_gate, make_input<T>(up), out, rule, row_scales, chunks, stream, err)) return;
     err = launch(silu_mul_quantize_kernel<T, decltype(fmt)::value>, dim3(static_cast<unsigned>(x.rows)),
-                 dim3(threads), stream, in_gate, make_input<T>(up), out, rule, row_scales);
+                 dim3(threads), stream, in_gate, make_input<T>(up), out, rule, row_scales, prefetch ? sms : 0);
   });
   return err;
 }

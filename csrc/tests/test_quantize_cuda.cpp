@@ -293,8 +293,9 @@ FP8EXT_TEST(cuda_rms_norm_quantize_matches_host_reference) {
 }
 
 // SwiGLU fused with per-row quantization, fp32 input [gate | up]: against
-// silu(g) * u on the host (silu in double) and the CPU per-row quantizer. expf
-// may differ from the host's exp in the last bit: codes within one FP8 step.
+// silu(g) * u on the host (silu in double) and the CPU per-row quantizer. The
+// kernel's silu (SFU exp2 and reciprocal) is within a few fp32 ulp of it:
+// codes within one FP8 step.
 FP8EXT_TEST(cuda_silu_mul_quantize_matches_host_reference) {
   require_gpu();
   const uint32_t seed = std::random_device{}();

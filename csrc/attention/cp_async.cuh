@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-namespace fp8ext::cuda {
+namespace fp8ext::cuda::decode {
 
 // cp.async (sm_80+): 16 bytes from global to shared memory through L2 only;
 // with `valid` false the 16 bytes are zero-filled and nothing is read.
@@ -19,4 +19,4 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>  // waits until at most N of this thread's groups are still in flight
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-}  // namespace fp8ext::cuda
+}  // namespace fp8ext::cuda::decode
