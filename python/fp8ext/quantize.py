@@ -159,7 +159,10 @@ def silu_mul_quantize(x: torch.Tensor, recipe: Recipe, pad_k_to: int | None = No
     """``quantize(silu(gate) * up, recipe)`` for ``x = [gate | up]`` (``[..., 2I]``,
     a SwiGLU gate_up projection's output) and per-token current scaling
     (:class:`fp8ext.recipes.RowWise`): one launch on the GPU instead of three;
-    bit-identical to the unfused path on the CPU. Returns ``(q [..., I], scale)``."""
+    bit-identical to the unfused path on the CPU. On the GPU silu is computed
+    with the special-function unit's exp2 and reciprocal (within a few fp32 ulp),
+    so a few codes may sit one FP8 step from the unfused path's.
+    Returns ``(q [..., I], scale)``."""
     _check_per_token(recipe, "silu_mul_quantize")
     _native.check_input(x, "x")
     pad = _check_pad(pad_k_to)
