@@ -4,7 +4,7 @@
 // (silu, multiply, quantize):
 //   y = T(T(silu(gate)) * up)   (silu in fp32 and rounded to x's type T, then
 //                                the multiply rounded to T, as PyTorch does;
-//                                silu itself to fp32 precision, see silu())
+//                                silu itself to within 2^-17, see silu())
 //   q = per-row quantization of y, as quantize_per_row.
 // Each thread loads its own chunk of gate and up and keeps its y (in T: y is
 // rounded to T anyway), so a row of up to kThreads chunks (I = 16384) costs
@@ -26,13 +26,16 @@ using namespace detail;
 
 constexpr int kThreads = 1024, kCached = 1;
 
-// Rows are handed to SMs in order as blocks finish, so the block that takes
-// block r's place reads about row r + wave (wave: the blocks resident at
-// once). Block r asks L2 for that row's gate and up (adjacent halves of one
-// row of x), a 128-byte line per thread per step, and does not wait: the
-// loads then overlap this block's compute, reduction and stores, which a
-// block holding a whole SM (I ~ 14K: 896 threads of 64 registers) otherwise
-// leaves without loads in flight. wave = 0: no prefetch.
+// Rows go to SMs in block order as blocks finish (what the hardware does, not
+// a documented guarantee), so the block that takes block r's place reads about
+// row r + wave (wave: the blocks resident at once). Block r asks L2 for that
+// row's gate and up (adjacent halves of one row of x), a 128-byte line per
+// thread per step, and does not wait: the loads then overlap this block's
+// compute, reduction and stores, which a block holding a whole SM (I ~ 14K:
+// 896 threads of 64 registers) otherwise leaves without loads in flight.
+// wave = 0: no prefetch. The host passes the SM count: an SM holds one block
+// while the kernel takes ~62-64 registers a thread at more than 512 threads
+// (fewer registers would fit two).
 template <typename T>
 __device__ __forceinline__ void prefetch_next_wave(const Input<T>& gate, const Input<T>& up, int64_t r,
                                                    int64_t wave) {
@@ -48,11 +51,12 @@ __device__ __forceinline__ void prefetch_next_wave(const Input<T>& gate, const I
 // division took ~25 and made this kernel issue-bound (bench/NOTES.md, session
 // 37). Relative error below 2^-17 where silu is a normal float: a few fp32 ulp
 // at |g| ~ 1, growing with |g| as g log2(e) is rounded (~90 ulp near g = -88),
-// so a silu rounded to bf16 or fp16 rarely moves. The IEEE expression's edges:
-// the reciprocal is taken of (1 + e) / 4 so that it stays normal up to
-// e = 2^128 (subnormal silu for -88.7 < g < -87.3 kept; its flush-to-zero
-// form costs nothing), e^-g = inf gives -0 for finite g and NaN for g = -inf,
-// +inf gives +inf. A subnormal e (g > 87) is flushed: 1 + e rounds to 1 anyway.
+// so a silu rounded to bf16 or fp16 rarely moves. The IEEE expression's edges
+// hold: the reciprocal is taken of (1 + e) / 4 so that it stays normal up to
+// e = 2^128 (r / 4, subnormal for -88.7 < g < -87.3, is kept: the build does
+// not flush, so silu stays a tiny normal value there); e^-g = inf gives -0
+// for finite g and NaN for g = -inf; +inf gives +inf. A subnormal e (g > 87)
+// is flushed: 1 + e rounds to 1 anyway.
 __device__ __forceinline__ float silu(float g) {
   float e, r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(g * -1.44269504088896341f));
@@ -157,10 +161,11 @@ cudaError_t silu_mul_quantize_per_row(const ConstMatrix& x, const ScaleRule& rul
   const int64_t chunks = std::max<int64_t>(1, ceil_div(q.padded_cols, kChunk));
   const int threads = static_cast<int>(std::min<int64_t>(kThreads, round_up(ceil_div(chunks, kCached), 32)));
   // The prefetch pays where one block holds an SM with one chunk a thread
-  // (8K < I <= 16K, 16-bit input) and there are four waves of rows or more: on
-  // an H100, 2048 x 14336 bf16 took 66.9 us against 72.8 without it, 4096 rows
-  // 123.5 against 139.4; it lost 1-8% with fewer rows, with two chunks a thread
-  // (I = 28672), with fp32 and at I = 4096 (bench/NOTES.md, session 37).
+  // (8K < padded I <= 16K, 16-bit input) and there are four waves of rows or
+  // more: on an H100, 2048 x 14336 bf16 took 66.9 us against 72.8 without it,
+  // 4096 rows 123.5 against 139.4; it lost 1-8% with fewer rows, with two chunks
+  // a thread (I = 28672) and at I = 4096, and 16% with fp32 (bench/NOTES.md,
+  // session 37).
   const int64_t sms = current_device_info().sm_count;
   const bool prefetch = x.dtype != DType::kFloat32 && threads > kThreads / 2 && chunks <= threads && x.rows >= 4 * sms;
   const Output out = make_output(q);

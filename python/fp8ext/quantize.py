@@ -161,7 +161,8 @@ def silu_mul_quantize(x: torch.Tensor, recipe: Recipe, pad_k_to: int | None = No
     (:class:`fp8ext.recipes.RowWise`): one launch on the GPU instead of three;
     bit-identical to the unfused path on the CPU. On the GPU silu is computed
     with the special-function unit's exp2 and reciprocal (relative error below
-    2^-17), so a few codes may sit one FP8 step from the unfused path's.
+    2^-17), so a few codes may sit one FP8 step from the unfused path's and a
+    row's scale may differ in its last bits.
     Returns ``(q [..., I], scale)``."""
     _check_per_token(recipe, "silu_mul_quantize")
     _native.check_input(x, "x")
