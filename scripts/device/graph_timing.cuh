@@ -1,4 +1,4 @@
-// Shared by the device timing tools (decode_timeline.cu, silu_timeline.cu):
+// Shared by the device timing tools (decode_timeline.cu, silu_timeline.cu, rms_timeline.cu):
 // a fatal CUDA check, the graph-replay timer and the output hash that tells
 // whether two builds computed the same bits.
 #pragma once
