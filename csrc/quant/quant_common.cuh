@@ -43,6 +43,23 @@ __device__ __forceinline__ __half from_float<__half>(float v) { return __float2h
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
+// Two floats rounded to a 16-bit T (to nearest even, as from_float) in one
+// instruction, and back: for kernels that round every element to T.
+template <typename T>
+struct Pair;
+template <>
+struct Pair<__nv_bfloat16> {
+  using Packed = __nv_bfloat162;
+  static __device__ __forceinline__ Packed round(float a, float b) { return __floats2bfloat162_rn(a, b); }
+  static __device__ __forceinline__ float2 unpack(Packed p) { return __bfloat1622float2(p); }
+};
+template <>
+struct Pair<__half> {
+  using Packed = __half2;
+  static __device__ __forceinline__ Packed round(float a, float b) { return __floats2half2_rn(a, b); }
+  static __device__ __forceinline__ float2 unpack(Packed p) { return __half22float2(p); }
+};
+
 // The input matrix, typed. `vec` says rows start 16-byte aligned, so a chunk
 // starting at a multiple of 16 columns can be read with vector loads. A chunk
 // can be kept raw (in its input type: half the registers of floats for 16-bit

@@ -64,22 +64,6 @@ __device__ __forceinline__ float silu(float g) {
   return g * (r * 0.25f);
 }
 
-// Two floats rounded to T (to nearest even) in one instruction, and back.
-template <typename T>
-struct Pair;
-template <>
-struct Pair<__nv_bfloat16> {
-  using Packed = __nv_bfloat162;
-  static __device__ __forceinline__ Packed round(float a, float b) { return __floats2bfloat162_rn(a, b); }
-  static __device__ __forceinline__ float2 unpack(Packed p) { return __bfloat1622float2(p); }
-};
-template <>
-struct Pair<__half> {
-  using Packed = __half2;
-  static __device__ __forceinline__ Packed round(float a, float b) { return __floats2half2_rn(a, b); }
-  static __device__ __forceinline__ float2 unpack(Packed p) { return __half22float2(p); }
-};
-
 // A chunk of y = T(T(silu(g)) * u), kept in T (y is rounded to T anyway);
 // zeros past the row's end.
 template <typename T>

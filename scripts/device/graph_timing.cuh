@@ -1,5 +1,5 @@
 // Shared by the device timing tools (decode_timeline.cu, silu_timeline.cu, rms_timeline.cu):
-// a fatal CUDA check, the graph-replay timer and the output hash that tells
+// a fatal CUDA check, the graph-replay timer, an input fill and the output hash that tells
 // whether two builds computed the same bits.
 #pragma once
 
@@ -40,6 +40,17 @@ double graph_us_per_call(cudaStream_t stream, int calls, int replays, Enqueue&& 
   float ms = 0;
   CHECK(cudaEventElapsedTime(&ms, start, stop));
   return 1e3 * ms / (double(replays) * calls);
+}
+
+// Pseudo-random inputs in about +-4: bf16 as bytes (high byte 0x3F/0x40 or
+// their negatives), fp32 as a hash mapped to [-4, 4). `salt` tells buffers apart.
+__global__ void fill_inputs(void* p, size_t n, bool fp32, uint32_t salt = 0) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    uint32_t h = (static_cast<uint32_t>(i) ^ salt) * 2654435761u;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    if (fp32) static_cast<float*>(p)[i] = (h >> 8) * (8.0f / 16777216.0f) - 4.0f;
+    else static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>((h & 0x807F) | (h & 0x100 ? 0x4000 : 0x3F80));
+  }
 }
 
 // FNV-1a of some bytes: equal across versions that compute the same thing.

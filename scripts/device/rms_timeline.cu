@@ -24,15 +24,6 @@
 
 constexpr int kCalls = 20, kReplays = 20;
 
-// Pseudo-random bf16 in about +-4 (high byte 0x3F/0x40 or their negatives).
-__global__ void fill(uint16_t* p, size_t n, uint32_t salt) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
-    uint32_t h = (static_cast<uint32_t>(i) ^ salt) * 2654435761u;
-    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-    p[i] = static_cast<uint16_t>((h & 0x807F) | (h & 0x100 ? 0x4000 : 0x3F80));
-  }
-}
-
 int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr, "usage: %s ROWS HIDDEN [add]\n", argv[0]);
@@ -54,12 +45,12 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&weight, hidden * 2));
   CHECK(cudaMalloc(&q, rows * padded));
   CHECK(cudaMalloc(&scales, rows * 4));
-  fill<<<1024, 256>>>(x, n, 1);
-  fill<<<64, 256>>>(weight, hidden, 2);
+  fill_inputs<<<1024, 256>>>(x, n, false, 1);
+  fill_inputs<<<64, 256>>>(weight, hidden, false, 2);
   if (add) {
     CHECK(cudaMalloc(&residual, n * 2));
     CHECK(cudaMalloc(&sum, n * 2));
-    fill<<<1024, 256>>>(residual, n, 3);
+    fill_inputs<<<1024, 256>>>(residual, n, false, 3);
   }
   CHECK(cudaGetLastError());
 

@@ -23,17 +23,6 @@
 
 constexpr int kCalls = 20, kReplays = 20;
 
-// Pseudo-random inputs in about +-4: bf16 as bytes (high byte 0x3F/0x40 or
-// their negatives), fp32 as a hash mapped to [-4, 4).
-__global__ void fill(void* p, size_t n, bool fp32) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u;
-    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-    if (fp32) static_cast<float*>(p)[i] = (h >> 8) * (8.0f / 16777216.0f) - 4.0f;
-    else static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>((h & 0x807F) | (h & 0x100 ? 0x4000 : 0x3F80));
-  }
-}
-
 int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr, "usage: %s ROWS INTERMEDIATE [bf16|fp32]\n", argv[0]);
@@ -54,7 +43,7 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&x, n_in * elem));
   CHECK(cudaMalloc(&q, rows * padded));
   CHECK(cudaMalloc(&scales, rows * 4));
-  fill<<<1024, 256>>>(x, n_in, fp32);
+  fill_inputs<<<1024, 256>>>(x, n_in, fp32);
   CHECK(cudaGetLastError());
 
   const ConstMatrix in{x, fp32 ? DType::kFloat32 : DType::kBFloat16, rows, 2 * inter, 2 * inter};
