@@ -24,16 +24,37 @@ using namespace detail;
 
 constexpr int kThreads = 512;
 
-// y of one chunk at column c0 from its input values; columns past `cols` are 0
-// (the K padding), also when the row's norm is NaN.
+// y of one chunk at column c0, in T (y is rounded to T anyway); columns past
+// `cols` are 0 (the K padding), also when the row's norm is NaN. 16-bit T
+// rounds two values an instruction and stays packed: 6-12% faster than
+// per-element roundings through fp32 (H100, scripts/device/rms_timeline.cu,
+// bench/results/rms_quantize_ab_2026-12-05_h100_session38_*), same bits.
 template <typename T>
-__device__ __forceinline__ void normalize_chunk(const float (&x)[kChunk], const float (&w)[kChunk], int64_t c0,
-                                                int64_t cols, float inv_rms, float (&y)[kChunk]) {
+__device__ __forceinline__ typename Input<T>::Raw normalize_chunk(const typename Input<T>::Raw& x,
+                                                                  const typename Input<T>::Raw& w, int64_t c0,
+                                                                  int64_t cols, float inv_rms) {
+  typename Input<T>::Raw y;
+  if constexpr (sizeof(T) == 4) {
 #pragma unroll
-  for (int i = 0; i < kChunk; ++i) {
-    const float normed = to_float(from_float<T>(x[i] * inv_rms));
-    y[i] = c0 + i < cols ? to_float(from_float<T>(w[i] * normed)) : 0.0f;
+    for (int i = 0; i < kChunk; ++i) y.elems[i] = w.elems[i] * (x.elems[i] * inv_rms);
+  } else {
+    using P = Pair<T>;
+    const auto* x2 = reinterpret_cast<const typename P::Packed*>(x.elems);
+    const auto* w2 = reinterpret_cast<const typename P::Packed*>(w.elems);
+    auto* y2 = reinterpret_cast<typename P::Packed*>(y.elems);
+#pragma unroll
+    for (int i = 0; i < kChunk / 2; ++i) {
+      const float2 xf = P::unpack(x2[i]), wf = P::unpack(w2[i]);
+      const float2 nf = P::unpack(P::round(xf.x * inv_rms, xf.y * inv_rms));
+      y2[i] = P::round(wf.x * nf.x, wf.y * nf.y);
+    }
   }
+  if (c0 + kChunk > cols) {
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i)
+      if (c0 + i >= cols) y.elems[i] = T(0.0f);
+  }
+  return y;
 }
 
 // The residual add of the kAdd variant: x + residual rounded to T (PyTorch's
@@ -127,15 +148,8 @@ __global__ void __launch_bounds__(kThreads) rms_norm_quantize_kernel(Input<T> in
   }
   const float inv_rms = 1.0f / sqrtf(block_sum(ss, smem) / static_cast<float>(in.cols) + eps);
 
-  Raw y_own;  // y of the own chunk, in T (y is rounded to T: exact)
-  if (own < write_chunks) {
-    float v[kChunk], w[kChunk], y[kChunk];
-    Input<T>::unpack(h[0], v);
-    Input<T>::unpack(w_own[0], w);
-    normalize_chunk<T>(v, w, own * kChunk, weight.cols, inv_rms, y);
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) y_own.elems[i] = from_float<T>(y[i]);
-  }
+  Raw y_own;  // y of the own chunk, in T
+  if (own < write_chunks) y_own = normalize_chunk<T>(h[0], w_own[0], own * kChunk, weight.cols, inv_rms);
   // Calls fn(c0, y) for every written chunk of the row, the own one first.
   auto for_each_y = [&](auto&& fn) {
     if (own < write_chunks) {
@@ -144,10 +158,13 @@ __global__ void __launch_bounds__(kThreads) rms_norm_quantize_kernel(Input<T> in
       fn(own * kChunk, y);
     }
     for (int64_t c = own + blockDim.x; c < write_chunks; c += blockDim.x) {
-      float v[kChunk], w[kChunk], y[kChunk];
+      float v[kChunk], y[kChunk];
       load_tail(c * kChunk, v);
-      weight.template load<true>(0, c * kChunk, w);
-      normalize_chunk<T>(v, w, c * kChunk, weight.cols, inv_rms, y);
+      Raw x_raw, w_raw;
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) x_raw.elems[i] = from_float<T>(v[i]);  // exact: v is in T
+      weight.template load_raw<true>(0, c * kChunk, w_raw);
+      Input<T>::unpack(normalize_chunk<T>(x_raw, w_raw, c * kChunk, weight.cols, inv_rms), y);
       fn(c * kChunk, y);
     }
   };
