@@ -13,7 +13,8 @@ from fp8ext.quantize import add_rms_norm_quantize, quantize, rms_norm_quantize, 
 from fp8ext.recipes import BlockWise, CurrentScaling, PerTensorStatic, RowWise
 from quant_cases import FP8, random_input, same_bits
 
-SHAPES = [(1, 1), (1, 4100), (3, 127), (5, 129), (33, 1000), (16, 4096), (3, 12288)]  # 12288: past the cached chunks
+# 12288: past the cached chunks; 1100 rows: more than a wave of blocks, with a padded tail
+SHAPES = [(1, 1), (1, 4100), (3, 127), (5, 129), (33, 1000), (16, 4096), (3, 12288), (1100, 4100)]
 # [gate | up] widths: I = 1, 127, 129, 4100, 14336 (Llama-3.1-8B), 20000 (past the cached chunks); and
 # more rows than an H100/H200 has SMs (a second wave of blocks)
 SWIGLU_SHAPES = [(1, 2), (3, 254), (5, 258), (16, 8200), (2, 28672), (1, 40000),
@@ -93,6 +94,21 @@ def test_add_rms_norm_quantize_is_the_add_then_the_unfused_path(dtype, fp8, shap
     q, s, h = add_rms_norm_quantize(x.to(device), residual.to(device), weight.to(device), 1e-5, recipe, pad_k_to=16)
     assert h.dtype == dtype and same_bits(h.cpu(), want_h)  # the add rounds the same way on both devices
     expect_unfused_result(q, s, want_q, want_s, fp8, shape[1], exact=device == "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_add_rms_norm_quantize_with_rows_prefetched(dtype, seed):
+    """2^24 elements or more over four waves of blocks: the CUDA residual kernel asks L2 for the
+    rows one wave ahead (a padded tail, non-finite values, a zero row)."""
+    shape, fp8 = (4200, 4100), torch.float8_e4m3fn
+    x, weight = inputs(shape, dtype, seed, non_finite=True, zero_row=True)
+    residual = random_input(shape, dtype, seed + 2)
+    recipe = RowWise(activation_format=fp8, weight_format=fp8)
+    want_q, want_s = unfused(x + residual, weight, 1e-5, recipe, pad_k_to=16)
+    q, s, h = add_rms_norm_quantize(x.cuda(), residual.cuda(), weight.cuda(), 1e-5, recipe, pad_k_to=16)
+    assert same_bits(h.cpu(), x + residual)
+    expect_unfused_result(q, s, want_q, want_s, fp8, shape[1], exact=False)
 
 
 @each_dtype

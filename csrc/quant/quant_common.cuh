@@ -24,6 +24,17 @@ constexpr int kChunk = 16;  // elements per thread-chunk: 32 B of bf16/fp16, 16 
 template <typename T>
 constexpr int kChunksPerLine = 128 / (kChunk * static_cast<int>(sizeof(T)));
 
+// Asks L2 for the 128-byte lines holding [begin, end), a line a thread per step
+// of the block, without waiting. The one-block-per-row kernels call it for the
+// row that the block taking their place will read (silu_mul_quantize.cu), so
+// those loads overlap the block's compute, reductions and stores.
+__device__ __forceinline__ void prefetch_span_l2(const void* begin, const void* end) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(begin) & ~uintptr_t{127};
+  for (uintptr_t line = first + threadIdx.x * uintptr_t{128}; line < reinterpret_cast<uintptr_t>(end);
+       line += blockDim.x * uintptr_t{128})
+    prefetch_l2(reinterpret_cast<const void*>(line));
+}
+
 template <typename T>
 __device__ __forceinline__ float to_float(T v);
 template <>

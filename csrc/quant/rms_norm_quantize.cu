@@ -10,7 +10,8 @@
 // of each step's code, since code size is time here (see quantize_chunk);
 // longer rows re-read their tail, mostly from L2. The residual variant first adds the sublayer's
 // output to the residual stream (h = T(x + residual), written out: the next
-// residual) and normalizes h, so a decoder's residual add is no launch of its own.
+// residual) and normalizes h, so a decoder's residual add is no launch of its own;
+// with many rows it also asks L2 for the rows one wave ahead (prefetch_wave).
 #include <algorithm>
 
 #include "fp8ext/quantize_cuda.h"
@@ -93,7 +94,7 @@ struct ResidualAdd {
 template <typename T, Fp8Format F, bool kAdd>
 __global__ void __launch_bounds__(kThreads) rms_norm_quantize_kernel(Input<T> in, Input<T> weight, float eps,
                                                                      Output out, ScaleRule rule, float* row_scales,
-                                                                     ResidualAdd<T> add) {
+                                                                     ResidualAdd<T> add, int64_t wave) {
   using Raw = typename Input<T>::Raw;
   __shared__ float smem[32];
   const int64_t r = blockIdx.x, own = threadIdx.x;  // `own`: the chunk this thread keeps
@@ -104,6 +105,14 @@ __global__ void __launch_bounds__(kThreads) rms_norm_quantize_kernel(Input<T> in
   // reduction: at decode sizes that is one memory round trip less.
   if (own < read_chunks && own % kChunksPerLine<T> == 0) prefetch_l2(weight.data + own * kChunk);
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): only the prefetch above comes before this
+  if constexpr (kAdd) {  // the rows of the block taking this one's place (see the host)
+    if (wave > 0 && r + wave < in.rows) {
+      const T* x_next = in.data + (r + wave) * in.row_stride;
+      const T* res_next = add.residual.data + (r + wave) * add.residual.row_stride;
+      prefetch_span_l2(x_next, x_next + in.cols);
+      prefetch_span_l2(res_next, res_next + in.cols);
+    }
+  }
   Raw h[1], w_own[1];  // the own chunks of x (or of x + residual) and of the weight
   load_row_chunks<true>(in, r, read_chunks, h);
   load_row_chunks<true>(weight, 0, read_chunks, w_own);
@@ -175,6 +184,25 @@ __global__ void __launch_bounds__(kThreads) rms_norm_quantize_kernel(Input<T> in
 
 namespace {
 
+// The residual kernel's `wave`: the blocks resident at once, where each block
+// should ask L2 for the rows one wave ahead; else 0. That pays once x and the
+// residual hold 2^24 elements each (32 MiB in bf16) and span four waves or
+// more. On an H100 (rms_timeline ROWS HIDDEN add, bf16, us; bench/NOTES.md,
+// session 38): 4096 x 4096 59.3 -> 57.6, 16384 x 4096 222.1 -> 205.0,
+// 2048 x 8192 82.1 -> 75.1, 8192 x 8192 312.9 -> 279.6; but 2048 x 4096 31.4
+// -> 32.4 and 1024 x 8192 even. The plain kernel takes none: built with the
+// prefetch it spilled and ran 5-17% slower everywhere.
+template <typename Kernel>
+int64_t prefetch_wave(Kernel kernel, int64_t rows, int64_t cols, int threads) {
+  const int64_t sms = current_device_info().sm_count;
+  int per_sm = 0;
+  if (rows * cols < (int64_t{1} << 24) ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess)
+    return 0;
+  const int64_t wave = per_sm * sms;
+  return rows >= 4 * wave ? wave : 0;
+}
+
 cudaError_t launch_rms_norm_quantize(const ConstMatrix& x, const void* residual, void* sum_out, const void* weight,
                                      float eps, const ScaleRule& rule, const Fp8Matrix& q, float* row_scales,
                                      cudaStream_t stream) {
@@ -190,12 +218,13 @@ cudaError_t launch_rms_norm_quantize(const ConstMatrix& x, const void* residual,
     constexpr Fp8Format kF = decltype(fmt)::value;
     const dim3 grid(static_cast<unsigned>(x.rows)), block(threads);
     if (residual) {
+      auto kernel = rms_norm_quantize_kernel<T, kF, true>;
       const ResidualAdd<T> add{make_input<T>(res), static_cast<T*>(sum_out)};
-      err = launch(rms_norm_quantize_kernel<T, kF, true>, grid, block, stream, in, make_input<T>(w), eps, out, rule,
-                   row_scales, add);
+      err = launch(kernel, grid, block, stream, in, make_input<T>(w), eps, out, rule, row_scales, add,
+                   prefetch_wave(kernel, x.rows, x.cols, threads));
     } else {
       err = launch(rms_norm_quantize_kernel<T, kF, false>, grid, block, stream, in, make_input<T>(w), eps, out, rule,
-                   row_scales, ResidualAdd<T>{});
+                   row_scales, ResidualAdd<T>{}, int64_t{0});
     }
   });
   return err;

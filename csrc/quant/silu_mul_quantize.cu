@@ -40,10 +40,7 @@ template <typename T>
 __device__ __forceinline__ void prefetch_next_wave(const Input<T>& gate, const Input<T>& up, int64_t r,
                                                    int64_t wave) {
   if (wave == 0 || r + wave >= gate.rows) return;
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(gate.data + (r + wave) * gate.row_stride) & ~uintptr_t{127};
-  const uintptr_t end = reinterpret_cast<uintptr_t>(up.data + (r + wave) * up.row_stride + up.cols);
-  for (uintptr_t line = begin + threadIdx.x * uintptr_t{128}; line < end; line += blockDim.x * uintptr_t{128})
-    prefetch_l2(reinterpret_cast<const void*>(line));
+  prefetch_span_l2(gate.data + (r + wave) * gate.row_stride, up.data + (r + wave) * up.row_stride + up.cols);
 }
 
 // silu(g) = g / (1 + e^-g) on the special-function unit: e^-g as 2^(-g log2(e))
