@@ -91,7 +91,8 @@ struct ResidualAdd {
   }
 };
 
-template <typename T, Fp8Format F, bool kAdd>
+// kPrefetch (residual variant only): ask L2 for the rows `wave` blocks ahead.
+template <typename T, Fp8Format F, bool kAdd, bool kPrefetch = false>
 __global__ void __launch_bounds__(kThreads) rms_norm_quantize_kernel(Input<T> in, Input<T> weight, float eps,
                                                                      Output out, ScaleRule rule, float* row_scales,
                                                                      ResidualAdd<T> add, int64_t wave) {
@@ -105,7 +106,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_quantize_kernel(Input<T> in
   // reduction: at decode sizes that is one memory round trip less.
   if (own < read_chunks && own % kChunksPerLine<T> == 0) prefetch_l2(weight.data + own * kChunk);
   begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): only the prefetch above comes before this
-  if constexpr (kAdd) {  // the rows of the block taking this one's place (see the host)
+  if constexpr (kAdd && kPrefetch) {  // the rows of the block taking this one's place (see the host)
     if (wave > 0 && r + wave < in.rows) {
       const T* x_next = in.data + (r + wave) * in.row_stride;
       const T* res_next = add.residual.data + (r + wave) * add.residual.row_stride;
@@ -190,8 +191,10 @@ namespace {
 // more. On an H100 (rms_timeline ROWS HIDDEN add, bf16, us; bench/NOTES.md,
 // session 38): 4096 x 4096 59.3 -> 57.6, 16384 x 4096 222.1 -> 205.0,
 // 2048 x 8192 82.1 -> 75.1, 8192 x 8192 312.9 -> 279.6; but 2048 x 4096 31.4
-// -> 32.4 and 1024 x 8192 even. The plain kernel takes none: built with the
-// prefetch it spilled and ran 5-17% slower everywhere.
+// -> 32.4 and 1024 x 8192 even. It is a kernel of its own: with the prefetch
+// behind a branch, the residual kernel ran 2-3% slower at decode sizes (1 x
+// 4096: 3.57 against 3.45 us), and the plain kernel spilled and ran 5-17%
+// slower everywhere (it takes none).
 template <typename Kernel>
 int64_t prefetch_wave(Kernel kernel, int64_t rows, int64_t cols, int threads) {
   const int64_t sms = current_device_info().sm_count;
@@ -218,10 +221,11 @@ cudaError_t launch_rms_norm_quantize(const ConstMatrix& x, const void* residual,
     constexpr Fp8Format kF = decltype(fmt)::value;
     const dim3 grid(static_cast<unsigned>(x.rows)), block(threads);
     if (residual) {
-      auto kernel = rms_norm_quantize_kernel<T, kF, true>;
       const ResidualAdd<T> add{make_input<T>(res), static_cast<T*>(sum_out)};
-      err = launch(kernel, grid, block, stream, in, make_input<T>(w), eps, out, rule, row_scales, add,
-                   prefetch_wave(kernel, x.rows, x.cols, threads));
+      const auto prefetching = rms_norm_quantize_kernel<T, kF, true, true>;
+      const int64_t wave = prefetch_wave(prefetching, x.rows, x.cols, threads);
+      err = launch(wave > 0 ? prefetching : rms_norm_quantize_kernel<T, kF, true>, grid, block, stream, in,
+                   make_input<T>(w), eps, out, rule, row_scales, add, wave);
     } else {
       err = launch(rms_norm_quantize_kernel<T, kF, false>, grid, block, stream, in, make_input<T>(w), eps, out, rule,
                    row_scales, ResidualAdd<T>{}, int64_t{0});
