@@ -26,8 +26,9 @@ constexpr int kChunksPerLine = 128 / (kChunk * static_cast<int>(sizeof(T)));
 
 // Asks L2 for the 128-byte lines holding [begin, end), a line a thread per step
 // of the block, without waiting. The one-block-per-row kernels call it for the
-// row that the block taking their place will read (silu_mul_quantize.cu), so
-// those loads overlap the block's compute, reductions and stores.
+// row that the block taking their place will read (silu_mul_quantize.cu,
+// rms_norm_quantize.cu), so those loads overlap the block's compute,
+// reductions and stores.
 __device__ __forceinline__ void prefetch_span_l2(const void* begin, const void* end) {
   const uintptr_t first = reinterpret_cast<uintptr_t>(begin) & ~uintptr_t{127};
   for (uintptr_t line = first + threadIdx.x * uintptr_t{128}; line < reinterpret_cast<uintptr_t>(end);
@@ -124,6 +125,39 @@ struct Input {
     unpack(raw, v);
   }
 };
+
+// y = T(T(f(a)) * b) for the chunk at column c0, the shape of both fused
+// activations (RMSNorm: f(x) = x * inv_rms, b the weight; SwiGLU: f = silu, b
+// = up), kept in T: f in fp32, each product rounded to T as PyTorch does, a
+// 16-bit T two values an instruction (Pair). Columns past `cols` are 0 (the K
+// padding), also where f gives NaN.
+template <typename T, typename F>
+__device__ __forceinline__ typename Input<T>::Raw rounded_product_chunk(const typename Input<T>::Raw& a,
+                                                                        const typename Input<T>::Raw& b,
+                                                                        int64_t c0, int64_t cols, F f) {
+  typename Input<T>::Raw y;
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) y.elems[i] = f(a.elems[i]) * b.elems[i];
+  } else {
+    using P = Pair<T>;
+    const auto* a2 = reinterpret_cast<const typename P::Packed*>(a.elems);
+    const auto* b2 = reinterpret_cast<const typename P::Packed*>(b.elems);
+    auto* y2 = reinterpret_cast<typename P::Packed*>(y.elems);
+#pragma unroll
+    for (int i = 0; i < kChunk / 2; ++i) {
+      const float2 af = P::unpack(a2[i]), bf = P::unpack(b2[i]);
+      const float2 ff = P::unpack(P::round(f(af.x), f(af.y)));
+      y2[i] = P::round(ff.x * bf.x, ff.y * bf.y);
+    }
+  }
+  if (c0 + kChunk > cols) {
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i)
+      if (c0 + i >= cols) y.elems[i] = T(0.0f);
+  }
+  return y;
+}
 
 // Sixteen FP8 codes, one chunk: stored with one 16-byte store.
 union Codes {

@@ -26,36 +26,15 @@ using namespace detail;
 constexpr int kThreads = 512;
 
 // y of one chunk at column c0, in T (y is rounded to T anyway); columns past
-// `cols` are 0 (the K padding), also when the row's norm is NaN. 16-bit T
-// rounds two values an instruction and stays packed: 6-12% faster than
-// per-element roundings through fp32 (H100, scripts/device/rms_timeline.cu,
+// `cols` are 0, also when the row's norm is NaN. Rounding 16-bit T in pairs
+// made the kernels 6-11% faster than per-element roundings through fp32
+// (H100, scripts/device/rms_timeline.cu,
 // bench/results/rms_quantize_ab_2026-12-05_h100_session38_*), same bits.
 template <typename T>
 __device__ __forceinline__ typename Input<T>::Raw normalize_chunk(const typename Input<T>::Raw& x,
                                                                   const typename Input<T>::Raw& w, int64_t c0,
                                                                   int64_t cols, float inv_rms) {
-  typename Input<T>::Raw y;
-  if constexpr (sizeof(T) == 4) {
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) y.elems[i] = w.elems[i] * (x.elems[i] * inv_rms);
-  } else {
-    using P = Pair<T>;
-    const auto* x2 = reinterpret_cast<const typename P::Packed*>(x.elems);
-    const auto* w2 = reinterpret_cast<const typename P::Packed*>(w.elems);
-    auto* y2 = reinterpret_cast<typename P::Packed*>(y.elems);
-#pragma unroll
-    for (int i = 0; i < kChunk / 2; ++i) {
-      const float2 xf = P::unpack(x2[i]), wf = P::unpack(w2[i]);
-      const float2 nf = P::unpack(P::round(xf.x * inv_rms, xf.y * inv_rms));
-      y2[i] = P::round(wf.x * nf.x, wf.y * nf.y);
-    }
-  }
-  if (c0 + kChunk > cols) {
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i)
-      if (c0 + i >= cols) y.elems[i] = T(0.0f);
-  }
-  return y;
+  return rounded_product_chunk<T>(x, w, c0, cols, [inv_rms](float v) { return v * inv_rms; });
 }
 
 // The residual add of the kAdd variant: x + residual rounded to T (PyTorch's

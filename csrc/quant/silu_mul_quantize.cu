@@ -67,28 +67,7 @@ template <typename T>
 __device__ __forceinline__ typename Input<T>::Raw silu_mul_chunk(const typename Input<T>::Raw& g,
                                                                  const typename Input<T>::Raw& u, int64_t c0,
                                                                  int64_t cols) {
-  typename Input<T>::Raw y;
-  if constexpr (sizeof(T) == 4) {
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) y.elems[i] = silu(g.elems[i]) * u.elems[i];
-  } else {
-    using P = Pair<T>;
-    const auto* g2 = reinterpret_cast<const typename P::Packed*>(g.elems);
-    const auto* u2 = reinterpret_cast<const typename P::Packed*>(u.elems);
-    auto* y2 = reinterpret_cast<typename P::Packed*>(y.elems);
-#pragma unroll
-    for (int i = 0; i < kChunk / 2; ++i) {
-      const float2 gf = P::unpack(g2[i]), uf = P::unpack(u2[i]);
-      const float2 sf = P::unpack(P::round(silu(gf.x), silu(gf.y)));
-      y2[i] = P::round(sf.x * uf.x, sf.y * uf.y);
-    }
-  }
-  if (c0 + kChunk > cols) {
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i)
-      if (c0 + i >= cols) y.elems[i] = T(0.0f);
-  }
-  return y;
+  return rounded_product_chunk<T>(g, u, c0, cols, [](float v) { return silu(v); });
 }
 
 template <typename T, Fp8Format F>
