@@ -24,6 +24,18 @@ constexpr int kChunk = 16;  // elements per thread-chunk: 32 B of bf16/fp16, 16 
 template <typename T>
 constexpr int kChunksPerLine = 128 / (kChunk * static_cast<int>(sizeof(T)));
 
+// Blocks of `kernel` (`threads` a block) resident on the GPU at once: a wave
+// of the one-block-per-row grids. 0 where CUDA cannot tell (its error cleared).
+template <typename Kernel>
+inline int64_t resident_wave(Kernel kernel, int threads) {
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return int64_t{per_sm} * current_device_info().sm_count;
+}
+
 // Asks L2 for the 128-byte lines holding [begin, end), a line a thread per step
 // of the block, without waiting. The one-block-per-row kernels call it for the
 // row that the block taking their place will read (silu_mul_quantize.cu,

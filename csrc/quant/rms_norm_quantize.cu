@@ -176,12 +176,8 @@ namespace {
 // slower everywhere (it takes none).
 template <typename Kernel>
 int64_t prefetch_wave(Kernel kernel, int64_t rows, int64_t cols, int threads) {
-  const int64_t sms = current_device_info().sm_count;
-  int per_sm = 0;
-  if (rows * cols < (int64_t{1} << 24) ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess)
-    return 0;
-  const int64_t wave = per_sm * sms;
+  if (rows * cols < (int64_t{1} << 24)) return 0;
+  const int64_t wave = resident_wave(kernel, threads);
   return rows >= 4 * wave ? wave : 0;
 }
 

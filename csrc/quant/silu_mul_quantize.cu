@@ -33,9 +33,8 @@ constexpr int kThreads = 1024, kCached = 1;
 // thread per step, and does not wait: the loads then overlap this block's
 // compute, reduction and stores, which a block holding a whole SM (I ~ 14K:
 // 896 threads of 64 registers) otherwise leaves without loads in flight.
-// wave = 0: no prefetch. The host passes the SM count: an SM holds one block
-// while the kernel takes ~62-64 registers a thread at more than 512 threads
-// (fewer registers would fit two).
+// wave = 0: no prefetch. The host asks CUDA for the wave (resident_wave): one
+// block an SM at the kernel's ~62-64 registers and more than 512 threads.
 template <typename T>
 __device__ __forceinline__ void prefetch_next_wave(const Input<T>& gate, const Input<T>& up, int64_t r,
                                                    int64_t wave) {
@@ -126,8 +125,8 @@ cudaError_t silu_mul_quantize_per_row(const ConstMatrix& x, const ScaleRule& rul
   // 4096 rows 123.5 against 139.4; it lost 1-8% with fewer rows, with two chunks
   // a thread (I = 28672) and at I = 4096, and 16% with fp32 (bench/NOTES.md,
   // session 37).
-  const int64_t sms = current_device_info().sm_count;
-  const bool prefetch = x.dtype != DType::kFloat32 && threads > kThreads / 2 && chunks <= threads && x.rows >= 4 * sms;
+  const bool prefetch = x.dtype != DType::kFloat32 && threads > kThreads / 2 && chunks <= threads &&
+                        x.rows >= 4 * current_device_info().sm_count;
   const Output out = make_output(q);
   const size_t elem = x.dtype == DType::kFloat32 ? 4 : 2;
   const ConstMatrix gate{x.data, x.dtype, x.rows, half, x.row_stride};
@@ -135,8 +134,10 @@ cudaError_t silu_mul_quantize_per_row(const ConstMatrix& x, const ScaleRule& rul
   cudaError_t err = cudaSuccess;
   dispatch(gate, q.format, [&](auto in_gate, auto fmt) {
     using T = typename decltype(in_gate)::Element;
-    err = launch(silu_mul_quantize_kernel<T, decltype(fmt)::value>, dim3(static_cast<unsigned>(x.rows)),
-                 dim3(threads), stream, in_gate, make_input<T>(up), out, rule, row_scales, prefetch ? sms : 0);
+    const auto kernel = silu_mul_quantize_kernel<T, decltype(fmt)::value>;
+    const int64_t wave = prefetch ? resident_wave(kernel, threads) : 0;
+    err = launch(kernel, dim3(static_cast<unsigned>(x.rows)), dim3(threads), stream, in_gate, make_input<T>(up), out,
+                 rule, row_scales, x.rows >= 4 * wave ? wave : int64_t{0});
   });
   return err;
 }
