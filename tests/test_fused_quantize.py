@@ -100,7 +100,8 @@ def test_add_rms_norm_quantize_is_the_add_then_the_unfused_path(dtype, fp8, shap
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_add_rms_norm_quantize_with_rows_prefetched(dtype, seed):
     """2^24 elements or more over four waves of blocks: the CUDA residual kernel asks L2 for the
-    rows one wave ahead (a padded tail, non-finite values, a zero row)."""
+    rows one wave ahead with 16-bit inputs (fp32: the kernel without it), with a padded tail and
+    non-finite values."""
     shape, fp8 = (4200, 4100), torch.float8_e4m3fn
     x, weight = inputs(shape, dtype, seed, non_finite=True, zero_row=True)
     residual = random_input(shape, dtype, seed + 2)

@@ -173,10 +173,11 @@ namespace {
 // -> 32.4 and 1024 x 8192 even. It is a kernel of its own: with the prefetch
 // behind a branch, the residual kernel ran 2-3% slower at decode sizes (1 x
 // 4096: 3.57 against 3.45 us), and the plain kernel spilled and ran 5-17%
-// slower everywhere (it takes none).
+// slower everywhere (it takes none). fp32 inputs take none either: not
+// measured, and the SwiGLU kernel's prefetch lost 16% with them.
 template <typename Kernel>
-int64_t prefetch_wave(Kernel kernel, int64_t rows, int64_t cols, int threads) {
-  if (rows * cols < (int64_t{1} << 24)) return 0;
+int64_t prefetch_wave(Kernel kernel, DType dtype, int64_t rows, int64_t cols, int threads) {
+  if (dtype == DType::kFloat32 || rows * cols < (int64_t{1} << 24)) return 0;
   const int64_t wave = resident_wave(kernel, threads);
   return rows >= 4 * wave ? wave : 0;
 }
@@ -198,7 +199,7 @@ cudaError_t launch_rms_norm_quantize(const ConstMatrix& x, const void* residual,
     if (residual) {
       const ResidualAdd<T> add{make_input<T>(res), static_cast<T*>(sum_out)};
       const auto prefetching = rms_norm_quantize_kernel<T, kF, true, true>;
-      const int64_t wave = prefetch_wave(prefetching, x.rows, x.cols, threads);
+      const int64_t wave = prefetch_wave(prefetching, x.dtype, x.rows, x.cols, threads);
       err = launch(wave > 0 ? prefetching : rms_norm_quantize_kernel<T, kF, true>, grid, block, stream, in,
                    make_input<T>(w), eps, out, rule, row_scales, add, wave);
     } else {
