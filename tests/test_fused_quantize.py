@@ -125,6 +125,39 @@ def test_silu_mul_quantize_is_the_unfused_path(dtype, fp8, shape, device, seed):
     expect_unfused_result(q, s, want_q, want_s, fp8, shape[1] // 2, exact=device == "cpu")
 
 
+@each_dtype
+@pytest.mark.parametrize("shape", [(3, 4100), (300, 258)], ids=str)
+@each_device
+def test_rows_whose_largest_value_is_subnormal(dtype, shape, device, seed):
+    """Both kernels take each row's amax of y in x's dtype before scaling. Here every |y| is a
+    subnormal of that dtype (SwiGLU's first row a mix of subnormals and zeros), and the scales and
+    codes are still the unfused path's: a max that flushed subnormals would give a zero row's scale
+    of 1 (with bf16 and fp32 the scale is the rule's smallest, fp32's tiny; with fp16 it is not)."""
+    tiny = torch.finfo(dtype).tiny  # the smallest normal
+    recipe = RowWise()
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g).to(dtype)
+    weight = ((torch.rand(shape[1], generator=g) * 2 + 0.25) * tiny / 16).to(dtype)
+    h = x.float()
+    assert weight.float().abs().max() * (h * h.pow(2).mean(-1, keepdim=True).rsqrt()).abs().max() < tiny
+    want_q, want_s = unfused(x, weight, 1e-5, recipe, pad_k_to=16)
+    q, s = rms_norm_quantize(x.to(device), weight.to(device), 1e-5, recipe, pad_k_to=16)
+    assert (want_s < 1).all()  # no row's amax is 0
+    expect_unfused_result(q, s, want_q, want_s, recipe.activation_format.torch_dtype, shape[1],
+                          exact=device == "cpu")
+
+    gate = torch.randn(shape[0], shape[1] // 2, generator=g).clamp(-4, 4)  # |silu(gate)| < 4
+    up = torch.rand(gate.shape, generator=g) * tiny / 8
+    up[0, ::2] = 0
+    x = torch.cat([gate, up], dim=1).to(dtype)
+    gate, up = x.split(shape[1] // 2, dim=-1)
+    want_q, want_s = quantize(F.silu(gate) * up, recipe, pad_k_to=16)
+    q, s = silu_mul_quantize(x.to(device), recipe, pad_k_to=16)
+    assert (want_s < 1).all()
+    expect_unfused_result(q, s, want_q, want_s, recipe.activation_format.torch_dtype, shape[1] // 2,
+                          exact=device == "cpu")
+
+
 @each_device
 def test_silu_mul_quantize_of_no_columns_gives_empty_codes_and_unit_scales(device):
     """[4, 0]: gate and up are empty, so each row's amax is 0 and its scale 1 (as quantize gives an
