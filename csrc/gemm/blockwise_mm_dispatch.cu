@@ -111,21 +111,6 @@ int resolve_split_k(const BlockwiseMmProblem& p, BlockwiseConfig& config) {
   return splits;
 }
 
-// The partial products of the K slices into the workspace's front, then their sum into D.
-cudaError_t run_split_k(const BlockwiseMmProblem& p, int splits, void* workspace, size_t workspace_bytes,
-                        cudaStream_t stream) {
-  // The partials are the TMA store's destination and the sum's 16-byte loads.
-  if (splits < 2 || splits > gemm::kMaxSplitK || workspace == nullptr || !aligned16(workspace))
-    return cudaErrorInvalidValue;
-  const size_t partial_bytes = gemm::split_k_partial_bytes(p.m, p.n, splits);
-  if (workspace_bytes < partial_bytes + SplitKPartials::workspace_bytes(p, splits)) return cudaErrorInvalidValue;
-  auto* partials = static_cast<float*>(workspace);
-  const cudaError_t err =
-      SplitKPartials::run(p, splits, partials, static_cast<uint8_t*>(workspace) + partial_bytes, stream);
-  if (err != cudaSuccess) return err;
-  return gemm::reduce_split_k(partials, splits, p.m, p.n, p.bias, p.d, p.d_dtype, p.ldd, stream);
-}
-
 }  // namespace
 
 const char* blockwise_config_name(BlockwiseConfig config) {
@@ -165,7 +150,7 @@ BlockwiseConfig blockwise_mm_auto_config(const BlockwiseMmProblem& p) {
 size_t blockwise_mm_workspace_bytes(const BlockwiseMmProblem& p, BlockwiseConfig config) {
   if (config == BlockwiseConfig::kAuto) config = blockwise_mm_auto_config(p);
   if (const int splits = resolve_split_k(p, config); splits > 1)
-    return gemm::split_k_partial_bytes(p.m, p.n, splits) + SplitKPartials::workspace_bytes(p, splits);
+    return gemm::split_k_workspace_bytes<SplitKPartials>(p, splits);
   size_t bytes = 0;
   with_kernel(p, config, [&](auto kernel) { bytes = decltype(kernel)::workspace_bytes(p); });
   return bytes;
@@ -176,7 +161,7 @@ cudaError_t blockwise_mm(const BlockwiseMmProblem& p, BlockwiseConfig config, vo
   if (blockwise_mm_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
   if (config == BlockwiseConfig::kAuto) config = blockwise_mm_auto_config(p);
   if (const int splits = resolve_split_k(p, config); splits > 1)
-    return run_split_k(p, splits, workspace, workspace_bytes, stream);
+    return gemm::run_split_k<SplitKPartials>(p, splits, workspace, workspace_bytes, stream);
   cudaError_t err = cudaErrorInvalidValue;
   const bool found = with_kernel(p, config, [&](auto kernel) {
     using K = decltype(kernel);

@@ -126,7 +126,6 @@ int64_t tiles(const ScaledMmProblem& p, int64_t tile_m, int64_t tile_n) {
 //   tile is slower than the 64x16 one at M <= 16), 64x4096x4096 8.8 -> 9.5,
 //   128x4096x4096 10.3 -> 11.5, 128x6144x4096 13.9 -> 14.6, 128x8192x8192
 //   29.6 -> 30.0 (2 slices of 4096).
-using gemm::kMaxSplitK;
 
 // Which fp32 kernel runs the slices (its batch mode, gemm::SplitKPartials):
 // swap-AB 64x64 tiles up to M = 64, 128x128 tiles in 1x2 clusters above
@@ -301,23 +300,6 @@ int resolve_split_k(const ScaledMmProblem& p, GemmConfig& config) {
   return splits;
 }
 
-// The partial products of the K slices into the workspace's front, then their sum into D.
-cudaError_t run_split_k(const ScaledMmProblem& p, int splits, void* workspace, size_t workspace_bytes,
-                        cudaStream_t stream) {
-  // The partials are the TMA store's destination and the sum's 16-byte loads.
-  if (splits < 2 || splits > kMaxSplitK || !aligned16(workspace)) return cudaErrorInvalidValue;
-  const size_t partial_bytes = gemm::split_k_partial_bytes(p.m, p.n, splits);
-  auto* partials = static_cast<float*>(workspace);
-  const cudaError_t err = with_split_kernel(p, [&](auto kernel) {
-    using Partials = decltype(kernel);
-    if (workspace == nullptr || workspace_bytes < partial_bytes + Partials::workspace_bytes(p, splits))
-      return cudaErrorInvalidValue;
-    return Partials::run(p, splits, partials, static_cast<uint8_t*>(workspace) + partial_bytes, stream);
-  });
-  if (err != cudaSuccess) return err;
-  return gemm::reduce_split_k(partials, splits, p.m, p.n, p.bias, p.d, p.d_dtype, p.ldd, stream);
-}
-
 }  // namespace
 
 const char* gemm_config_name(GemmConfig config) {
@@ -363,8 +345,7 @@ GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p) {
 size_t scaled_mm_workspace_bytes(const ScaledMmProblem& p, GemmConfig config) {
   if (config == GemmConfig::kAuto) config = scaled_mm_auto_config(p);
   if (const int splits = resolve_split_k(p, config); splits > 1)
-    return gemm::split_k_partial_bytes(p.m, p.n, splits) +
-           with_split_kernel(p, [&](auto k) { return decltype(k)::workspace_bytes(p, splits); });
+    return with_split_kernel(p, [&](auto k) { return gemm::split_k_workspace_bytes<decltype(k)>(p, splits); });
   size_t bytes = 0;
   with_kernel(p, config, [&](auto kernel) { bytes = decltype(kernel)::workspace_bytes(p); });
   return bytes;
@@ -375,7 +356,9 @@ cudaError_t scaled_mm(const ScaledMmProblem& p, GemmConfig config, void* workspa
   if (scaled_mm_unsupported_reason(p) != nullptr) return cudaErrorInvalidValue;
   if (config == GemmConfig::kAuto) config = scaled_mm_auto_config(p);
   if (const int splits = resolve_split_k(p, config); splits > 1)
-    return run_split_k(p, splits, workspace, workspace_bytes, stream);
+    return with_split_kernel(p, [&](auto kernel) {
+      return gemm::run_split_k<decltype(kernel)>(p, splits, workspace, workspace_bytes, stream);
+    });
   if (config == GemmConfig::kGemv) return has_config(p, config) ? scaled_gemv(p, stream) : cudaErrorInvalidValue;
   cudaError_t err = cudaErrorInvalidValue;
   const bool found = with_kernel(p, config, [&](auto kernel) {

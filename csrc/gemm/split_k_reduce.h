@@ -44,4 +44,28 @@ inline size_t split_k_partial_bytes(int64_t m, int64_t n, int splits) {
 cudaError_t reduce_split_k(const float* partials, int splits, int64_t m, int64_t n, const void* bias, void* d,
                            DType d_dtype, int64_t ldd, cudaStream_t stream);
 
+// Workspace of a split-K GEMM: the partials, then what `Partials` (the CUTLASS
+// kernel that writes them, in batch mode) needs of its own.
+template <typename Partials, typename Problem>
+size_t split_k_workspace_bytes(const Problem& p, int splits) {
+  return split_k_partial_bytes(p.m, p.n, splits) + Partials::workspace_bytes(p, splits);
+}
+
+// Both dispatchers' kSplitK (Problem: ScaledMmProblem or BlockwiseMmProblem):
+// Partials::run leaves the slices' partial products in the workspace's front,
+// then reduce_split_k sums them into D. The partials are the TMA store's
+// destination and the sum's 16-byte loads, hence the alignment.
+template <typename Partials, typename Problem>
+cudaError_t run_split_k(const Problem& p, int splits, void* workspace, size_t workspace_bytes,
+                        cudaStream_t stream) {
+  if (splits < 2 || splits > kMaxSplitK || workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % 16 != 0 ||
+      workspace_bytes < split_k_workspace_bytes<Partials>(p, splits))
+    return cudaErrorInvalidValue;
+  auto* partials = static_cast<float*>(workspace);
+  auto* own = static_cast<uint8_t*>(workspace) + split_k_partial_bytes(p.m, p.n, splits);
+  const cudaError_t err = Partials::run(p, splits, partials, own, stream);
+  if (err != cudaSuccess) return err;
+  return reduce_split_k(partials, splits, p.m, p.n, p.bias, p.d, p.d_dtype, p.ldd, stream);
+}
+
 }  // namespace fp8ext::cuda::gemm
