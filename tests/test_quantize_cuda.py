@@ -250,6 +250,36 @@ def test_cuda_per_tensor_kept_pass_graph_replays(seed, monkeypatch):
         assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu), step
 
 
+# The two-pass current scaling keeps nothing between calls: replays of one graph
+# (the same workspace each time) with a falling amax, and calls whose workspace is
+# memory the caching allocator hands back holding FLT_MAX, give the CPU's scale.
+def test_cuda_per_tensor_two_passes_graph_replays_with_falling_amax(seed):
+    shape = (2048, 4100)  # past the one-pass kernel's 131072 elements
+    x = random_input(shape, torch.bfloat16, seed).cuda()
+    per_tensor(x)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q, s = per_tensor(x)
+    for step in range(4):
+        x.copy_(random_input(shape, torch.bfloat16, seed + step + 1).cuda() * 4.0 ** (1 - step))
+        graph.replay()
+        torch.cuda.synchronize()
+        q_cpu, s_cpu = per_tensor(x.cpu())
+        assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu), step
+
+
+def test_cuda_per_tensor_two_passes_take_no_workspace_as_zeroed(seed):
+    x = random_input((2048, 4100), torch.bfloat16, seed).cuda()
+    q_cpu, s_cpu = per_tensor(x.cpu())
+    for size in (4, 256, 1024, 4096, 65536):  # floats: what a workspace may ask of the allocator
+        torch.cuda.synchronize()
+        junk = [torch.full((size,), torch.finfo(torch.float32).max, device="cuda") for _ in range(8)]
+        del junk  # back to the cache with its bytes, for the next call's workspace: an amax taken from it is wrong
+        q, s = per_tensor(x)
+        assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu), size
+
+
 def test_per_row_ops_refuse_2_to_the_31_rows_by_name():
     # One block per row: the grid's x dimension holds at most 2^31 - 1 (4 GiB of bf16 here).
     x = torch.empty(2**31, 1, dtype=torch.bfloat16, device="cuda")

@@ -5,7 +5,8 @@
 # shuffled order (ab_decode.sh, or a loop like it), then ab_summary.py.
 #
 #   usage: scripts/device/build_variants.sh TOOL OUTDIR NAME=VERSION ...
-#   TOOL     rms | silu | decode | amax
+#   TOOL     rms | silu | decode | amax | chain (quant_state/chain_ab.cu: the per-tensor
+#            chain through its public entry points, linked with the version's sources)
 #   VERSION  tree (the working tree as it is), a git revision, or REV+PATCH
 #            (PATCH applied to REV, e.g. HEAD+bench/wip/packed-amax.patch)
 #
@@ -28,7 +29,10 @@ case "$TOOL" in
   decode) SRC=scripts/device/decode_timeline.cu MACRO=DECODE_SOURCE KERNEL=csrc/attention/paged_decode.cu ;;
   amax) SRC=scripts/device/quant_state/amax_ceiling.cu MACRO=QPT_SOURCE KERNEL=csrc/quant/quantize_per_tensor.cu
         EXTRA=(csrc/quant/quantize_per_tensor_kept.cu csrc/quant/quantize_per_tensor_small.cu) ;;
-  *) echo "TOOL must be rms, silu, decode or amax, got '$TOOL'" >&2; exit 2 ;;
+  chain) SRC=scripts/device/quant_state/chain_ab.cu MACRO="" KERNEL=""
+         EXTRA=(csrc/quant/quantize_per_tensor.cu csrc/quant/quantize_per_tensor_kept.cu
+                csrc/quant/quantize_per_tensor_small.cu) ;;
+  *) echo "TOOL must be rms, silu, decode, amax or chain, got '$TOOL'" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
 WORK="$(mktemp -d)"
@@ -50,8 +54,9 @@ for spec in "$@"; do
   fi
   extra=()
   for f in "${EXTRA[@]}"; do extra+=("$base/$f"); done
+  [ -z "$MACRO" ] || extra+=(-D"$MACRO=\"$base/$KERNEL\"")
   echo "== $name ($version)"
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -DFP8EXT_WITH_SM90=1 \
-    -I"$base/csrc/include" -I"$base/csrc" -D"$MACRO=\"$base/$KERNEL\"" "$ROOT/$SRC" "${extra[@]}" \
+    -I"$base/csrc/include" -I"$base/csrc" "$ROOT/$SRC" "${extra[@]}" \
     -o "$OUT/$name"
 done
