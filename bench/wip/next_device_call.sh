@@ -5,15 +5,17 @@
 #    and session 38's resident_wave / fp32 rule never ran on a GPU);
 #  - the new subnormal-rows test in test_fused_quantize.py, on main and with packed-amax.patch;
 #  - RMSNorm and SwiGLU quantize at 73a5e97 (before sessions 37-38's kernel changes, so their first H200
-#    figures), main, and main + packed-amax.patch, in one process each.
+#    figures), main, and main + packed-amax.patch, in one process each;
+#  - per-tensor current scaling (issue 3) at main and with amax-partials.patch (no zeroing kernel).
 # Here, before the call (about a minute on 2 cores; nothing left in csrc/):
 #   bash scripts/device/build_variants.sh rms build/tl rms_old=73a5e97 rms_main=HEAD rms_pk=HEAD+bench/wip/packed-amax.patch
 #   bash scripts/device/build_variants.sh silu build/tl silu_old=73a5e97 silu_main=HEAD silu_pk=HEAD+bench/wip/packed-amax.patch
+#   bash scripts/device/build_variants.sh chain build/tl chain_main=HEAD chain_pk=HEAD+bench/wip/amax-partials.patch
 # Calls (the second right after the first, while the machine is warm; each well under 600 s):
 #   run(command="bash bench/wip/next_device_call.sh $OUT main", carry=[".whl", ".data", "build/tl"])
 #   run(command="bash bench/wip/next_device_call.sh $OUT patch", carry=[".whl", "build/tl"])
-# After: ab_summary.py on ab_rms.txt / ab_silu.txt (--json into bench/results/), junit_summary.py on
-# gpu.xml, and NOTES. If packed-amax wins and its test passes, apply it and run test_fused_quantize again.
+# After: ab_summary.py on ab_rms.txt / ab_silu.txt / ab_chain.txt (--json into bench/results/),
+# junit_summary.py on gpu.xml, and NOTES. A patch that wins goes on with the steps in its header.
 OUT=$1; R=$PWD
 if [ "${2:-main}" = patch ]; then
   # The patch's own check: the extension rebuilt with it (incremental when the machine is still warm),
@@ -30,6 +32,9 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu0.txt
 BUILD=$!
 bash scripts/device/ab_rows.sh $OUT rms build/tl/rms_old build/tl/rms_main build/tl/rms_pk
 bash scripts/device/ab_rows.sh $OUT silu build/tl/silu_old build/tl/silu_main build/tl/silu_pk
+for r in 1 2 3; do for b in $(shuf -e build/tl/chain_main build/tl/chain_pk); do
+  $b 3 | sed "s/^/$r $(basename $b) /"; done; done > $OUT/ab_chain.txt 2>&1
+python3 scripts/device/ab_summary.py $OUT/ab_chain.txt --baseline chain_main | tail -7
 python3 scripts/device/ab_summary.py $OUT/ab_rms.txt --baseline rms_main | tail -10
 python3 scripts/device/ab_summary.py $OUT/ab_silu.txt --baseline silu_main | tail -8
 wait $BUILD; tail -3 $OUT/run_build.txt
