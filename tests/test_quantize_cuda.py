@@ -230,43 +230,37 @@ def test_cuda_per_tensor_kept_pass_back_to_back_and_on_two_streams(seed, monkeyp
         assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu), i
 
 
-# Replays reuse the workspace (amax, counters): zeroed in the graph too; 20
-# tiles per block, so the replays refill the ring and re-read.
-def test_cuda_per_tensor_kept_pass_graph_replays(seed, monkeypatch):
-    monkeypatch.setenv("FP8EXT_QUANT_KEEP", "1")  # read when the graph is captured
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    shape = (sms * 16384 * 20 // 4096 + 3, 4096)
+def replays_follow_a_falling_amax(shape, seed, steps=3):
+    """per_tensor captured in a CUDA graph, then replayed on new data whose amax
+    falls 4x a step (what a stale amax in the reused workspace would show):
+    every replay gives the CPU's codes and scale."""
     x = random_input(shape, torch.bfloat16, seed).cuda()
     per_tensor(x)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         q, s = per_tensor(x)
-    for step in range(3):
+    for step in range(steps):
         x.copy_(random_input(shape, torch.bfloat16, seed + step + 1).cuda() * 4.0 ** (1 - step))
         graph.replay()
         torch.cuda.synchronize()
         q_cpu, s_cpu = per_tensor(x.cpu())
         assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu), step
+
+
+# Replays reuse the workspace (amax, counters): zeroed in the graph too; 20
+# tiles per block, so the replays refill the ring and re-read.
+def test_cuda_per_tensor_kept_pass_graph_replays(seed, monkeypatch):
+    monkeypatch.setenv("FP8EXT_QUANT_KEEP", "1")  # read when the graph is captured
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    replays_follow_a_falling_amax((sms * 16384 * 20 // 4096 + 3, 4096), seed)
 
 
 # The two-pass current scaling keeps nothing between calls: replays of one graph
 # (the same workspace each time) with a falling amax, and calls whose workspace is
 # memory the caching allocator hands back holding FLT_MAX, give the CPU's scale.
 def test_cuda_per_tensor_two_passes_graph_replays_with_falling_amax(seed):
-    shape = (2048, 4100)  # past the one-pass kernel's 131072 elements
-    x = random_input(shape, torch.bfloat16, seed).cuda()
-    per_tensor(x)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        q, s = per_tensor(x)
-    for step in range(4):
-        x.copy_(random_input(shape, torch.bfloat16, seed + step + 1).cuda() * 4.0 ** (1 - step))
-        graph.replay()
-        torch.cuda.synchronize()
-        q_cpu, s_cpu = per_tensor(x.cpu())
-        assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu), step
+    replays_follow_a_falling_amax((2048, 4100), seed, steps=4)  # past the one-pass kernel's 131072 elements
 
 
 def test_cuda_per_tensor_two_passes_take_no_workspace_as_zeroed(seed):

@@ -80,36 +80,6 @@ __global__ void fill_bf16(__nv_bfloat16* x, int64_t n, uint32_t seed) {
   }
 }
 
-__global__ void spin(long long cycles) {
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-}
-
-// One call at a time, as bench/benchlib.time_ms times it: a ~100 us spin kernel
-// first, so that the whole call is queued before the start event. Median of 20.
-template <typename F>
-float time_us_one_call(F f) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<float> t;
-  for (int i = 0; i < 25; ++i) {
-    spin<<<1, 1>>>(200000);
-    cudaEventRecord(a);
-    f();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    if (i >= 5) t.push_back(ms * 1e3f);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 struct Variant {
   std::string name;
   std::function<void()> run;

@@ -30,35 +30,6 @@
 
 namespace {
 
-__global__ void spin(long long cycles) {
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-}
-
-// One call at a time, as bench/benchlib.time_ms times it (see amax_ceiling.cu).
-template <typename F>
-float time_us_one_call(F f) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<float> t;
-  for (int i = 0; i < 25; ++i) {
-    spin<<<1, 1>>>(200000);
-    cudaEventRecord(a);
-    f();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    if (i >= 5) t.push_back(ms * 1e3f);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 float median(std::vector<float> t) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];

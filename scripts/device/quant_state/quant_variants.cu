@@ -157,12 +157,6 @@ extern "C" float qv_time_rows_own_buffers() {
   return cudaGetLastError() == cudaSuccess ? us : -1.0f;
 }
 
-__global__ void spin(int64_t cycles) {
-  const int64_t t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-}
-
 // One call at a time, each queued behind a ~0.5 ms spin so the launch is
 // ready before the GPU gets to it (benchlib.time_ms's way); median of 20.
 extern "C" float qv_time_rows_isolated() {
