@@ -232,19 +232,25 @@ def test_cuda_per_tensor_kept_pass_back_to_back_and_on_two_streams(seed, monkeyp
 
 def replays_follow_a_falling_amax(shape, seed, steps=3):
     """per_tensor captured in a CUDA graph, then replayed on new data whose amax
-    falls 4x a step (what a stale amax in the reused workspace would show):
-    every replay gives the CPU's codes and scale."""
-    x = random_input(shape, torch.bfloat16, seed).cuda()
+    falls 4x a step and moves (last row and column, first row, the middle): a
+    stale amax in the reused workspace, or one block's max lost, shows as a
+    scale or codes other than the CPU's."""
+    rows, cols = shape
+    x = random_input(shape, torch.bfloat16, seed, outliers=False).cuda()
     per_tensor(x)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         q, s = per_tensor(x)
     for step in range(steps):
-        x.copy_(random_input(shape, torch.bfloat16, seed + step + 1).cuda() * 4.0 ** (1 - step))
+        new = random_input(shape, torch.bfloat16, seed + step + 1, outliers=False) * 4.0 ** (1 - step)
+        r, c = [(rows - 1, cols - 1), (0, cols - 1), (rows // 2, cols // 2)][step % 3]
+        new[r, c] = 4096.0 * 4.0 ** (1 - step)  # random_input stays below ~600 * 4 ** (1 - step)
+        x.copy_(new.cuda())
         graph.replay()
         torch.cuda.synchronize()
         q_cpu, s_cpu = per_tensor(x.cpu())
+        assert s_cpu.item() == pytest.approx(4096.0 * 4.0 ** (1 - step) / 448.0), step  # the planted max is the amax
         assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu), step
 
 
@@ -257,21 +263,28 @@ def test_cuda_per_tensor_kept_pass_graph_replays(seed, monkeypatch):
 
 
 # The two-pass current scaling keeps nothing between calls: replays of one graph
-# (the same workspace each time) with a falling amax, and calls whose workspace is
-# memory the caching allocator hands back holding FLT_MAX, give the CPU's scale.
+# (the same workspace each time) with a falling amax give the CPU's scale.
 def test_cuda_per_tensor_two_passes_graph_replays_with_falling_amax(seed):
     replays_follow_a_falling_amax((2048, 4100), seed, steps=4)  # past the one-pass kernel's 131072 elements
 
 
-def test_cuda_per_tensor_two_passes_take_no_workspace_as_zeroed(seed):
-    x = random_input((2048, 4100), torch.bfloat16, seed).cuda()
-    q_cpu, s_cpu = per_tensor(x.cpu())
-    for size in (4, 256, 1024, 4096, 65536):  # floats: what a workspace may ask of the allocator
-        torch.cuda.synchronize()
-        junk = [torch.full((size,), torch.finfo(torch.float32).max, device="cuda") for _ in range(8)]
-        del junk  # back to the cache with its bytes, for the next call's workspace: an amax taken from it is wrong
-        q, s = per_tensor(x)
-        assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu), size
+# FP8EXT_POISON_WORKSPACE=1: the binding fills the per-tensor recipes' workspace
+# with FLT_MAX before each call. One pass (16 x 4096), two passes (one and
+# several x-blocks a row, unaligned), the empty tensor, and delayed scaling.
+@pytest.mark.parametrize("shape", [(16, 4096), (2048, 4100), (3, 1_500_000), (0, 4096)], ids=str)
+def test_cuda_per_tensor_recipes_take_no_workspace_as_zeroed(shape, seed, monkeypatch):
+    monkeypatch.setenv("FP8EXT_POISON_WORKSPACE", "1")
+    x = random_input(shape, torch.bfloat16, seed, non_finite=True)
+    q, s = per_tensor(x.cuda())
+    q_cpu, s_cpu = per_tensor(x)
+    assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu)
+    recipe = DelayedScaling(amax_history_len=4)
+    gpu, cpu = ScalingState.create(recipe, device="cuda"), ScalingState.create(recipe)
+    for _ in range(2):
+        q, s = quantize(x.cuda(), recipe, state=gpu)
+        q_cpu, s_cpu = quantize(x, recipe, state=cpu)
+        assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu)
+        assert torch.equal(gpu.amax_history.cpu(), cpu.amax_history)
 
 
 def test_per_row_ops_refuse_2_to_the_31_rows_by_name():

@@ -5,6 +5,9 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <tuple>
 
 #include "../quantize_outputs.h"
@@ -36,9 +39,14 @@ void check_device(const at::Tensor& x) {
 cudaStream_t stream_of(const at::Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.get_device()).stream(); }
 
 // The per-tensor recipes' scratch, on the current device (the ops' guards set it to x's).
+// FP8EXT_POISON_WORKSPACE=1 (for tests; read at each call) fills it with FLT_MAX
+// first, so a kernel that took any of it as zeroed gives a wrong scale.
 at::Tensor amax_workspace() {
-  return at::empty({cuda::kAmaxWorkspaceFloats},
-                   at::TensorOptions().device(at::kCUDA, c10::cuda::current_device()).dtype(at::kFloat));
+  at::Tensor w = at::empty({cuda::kAmaxWorkspaceFloats},
+                           at::TensorOptions().device(at::kCUDA, c10::cuda::current_device()).dtype(at::kFloat));
+  const char* poison = std::getenv("FP8EXT_POISON_WORKSPACE");
+  if (poison && std::strcmp(poison, "1") == 0) w.fill_(std::numeric_limits<float>::max());
+  return w;
 }
 
 at::Tensor cast_to_fp8_cuda(const at::Tensor& x, at::ScalarType dtype, bool saturate) {
