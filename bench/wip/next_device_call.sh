@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The next device calls, planned in session 39 (no device was lent then): ~6 min on a cold machine,
+# The next device calls, planned in session 39 (no device was lent then): ~7 min of command time (cold),
 # then ~2 warm. They check what session 39 changed without a GPU, and the waiting packed-amax patch:
 #  - the whole GPU suite (session 39 moved run_split_k into split_k_reduce.h for both GEMM dispatchers,
 #    and session 38's resident_wave / fp32 rule never ran on a GPU);
@@ -28,18 +28,20 @@ if [ "${2:-main}" = patch ]; then
   exit 0
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu0.txt
-(bash scripts/device/run.sh $OUT build > $OUT/run_build.txt 2>&1) &
-BUILD=$!
-bash scripts/device/ab_rows.sh $OUT rms build/tl/rms_old build/tl/rms_main build/tl/rms_pk
-bash scripts/device/ab_rows.sh $OUT silu build/tl/silu_old build/tl/silu_main build/tl/silu_pk
+# The timings first, on a quiet machine (the build below runs 16 compilers), the versions shuffled.
+bash scripts/device/ab_rows.sh $OUT rms build/tl/rms_old build/tl/rms_main build/tl/rms_pk || echo "rms A/B: FAILED"
+bash scripts/device/ab_rows.sh $OUT silu build/tl/silu_old build/tl/silu_main build/tl/silu_pk || echo "silu A/B: FAILED"
 for r in 1 2 3; do for b in $(shuf -e build/tl/chain_main build/tl/chain_pk); do
-  $b 3 | sed "s/^/$r $(basename $b) /"; done; done > $OUT/ab_chain.txt 2>&1
+  $b 3 > $OUT/chain_run.txt 2>&1 || echo "FAILED: $(basename $b) round $r: $(grep -v ' us a call' $OUT/chain_run.txt)"
+  sed "s/^/$r $(basename $b) /" $OUT/chain_run.txt
+done; done > $OUT/ab_chain.txt
+grep FAILED $OUT/ab_chain.txt
 python3 scripts/device/ab_summary.py $OUT/ab_chain.txt --baseline chain_main | tail -7
 python3 scripts/device/ab_summary.py $OUT/ab_rms.txt --baseline rms_main | tail -10
 python3 scripts/device/ab_summary.py $OUT/ab_silu.txt --baseline silu_main | tail -8
-wait $BUILD; tail -3 $OUT/run_build.txt
+bash scripts/device/run.sh $OUT build > $OUT/run_build.txt 2>&1; tail -3 $OUT/run_build.txt
 (ctest --test-dir build/device --output-on-failure > $OUT/ctest.log 2>&1; tail -3 $OUT/ctest.log) &
 (cd /tmp && timeout 300 python3 -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml=$OUT/gpu.xml $R/tests \
   > $OUT/pytest.log 2>&1); tail -4 $OUT/pytest.log
 wait
-cd $OUT && tar czf logs.tgz --remove-files *.log run_build.txt
+cd $OUT && tar czf logs.tgz --remove-files *.log run_build.txt chain_run.txt

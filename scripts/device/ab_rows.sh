@@ -4,7 +4,8 @@
 # so machine drift hits every version.
 #   usage: scripts/device/ab_rows.sh OUT rms|silu BINARY...   (writes OUT/ab_TOOL.txt)
 # Each line: round, binary, then the binary's report (us a call, TB/s, output
-# hash: equal hashes mean equal outputs). Then:
+# hash: equal hashes mean equal outputs); a binary that fails leaves a FAILED
+# line and the script exits 1 after the loop. Then:
 #   python3 scripts/device/ab_summary.py OUT/ab_TOOL.txt --baseline NAME
 set -euo pipefail
 OUT="${1:?usage: ab_rows.sh OUT rms|silu BINARY...}" TOOL="${2:?give rms or silu}"; shift 2
@@ -19,6 +20,10 @@ esac
 for round in 1 2; do
   for row in $ROWS; do
     IFS=: read -r -a args <<< "$row"
-    for bin in $(shuf -e "$@"); do echo "$round $(basename "$bin") $("$bin" "${args[@]}")"; done
+    for bin in $(shuf -e "$@"); do
+      if report=$("$bin" "${args[@]}" 2>&1); then echo "$round $(basename "$bin") $report"
+      else echo "FAILED: $round $(basename "$bin") $row (exit $?): $report"; fi
+    done
   done
-done > "$OUT/ab_$TOOL.txt" 2>&1
+done > "$OUT/ab_$TOOL.txt"
+if grep -q '^FAILED' "$OUT/ab_$TOOL.txt"; then grep '^FAILED' "$OUT/ab_$TOOL.txt" >&2; exit 1; fi

@@ -52,7 +52,8 @@ def summarize(rows, binaries, baseline):
                 ratio = statistics.median(runs[binary]["us"]) / statistics.median(base["us"])
                 record[f"ratio_{binary}_over_{baseline}"] = round(ratio, 4)
         hashes = [runs[b]["hashes"] for b in binaries if b in runs]
-        record["outputs_identical"] = len(set().union(*hashes)) == 1 if hashes else None
+        # None where the tool printed no output hash for the row (nothing to compare)
+        record["outputs_identical"] = len(set().union(*hashes)) == 1 if any(hashes) else None
         out.append(record)
     return out
 

@@ -37,8 +37,11 @@ esac
 mkdir -p "$OUT"
 WORK="$(mktemp -d)"
 cleanup() {
-  for wt in "$WORK"/*/; do [ -d "$wt" ] && git -C "$ROOT" worktree remove --force "$wt" >/dev/null 2>&1; done
+  for wt in "$WORK"/*/; do
+    if [ -d "$wt" ]; then git -C "$ROOT" worktree remove --force "$wt" >/dev/null 2>&1 || true; fi
+  done
   rm -rf "$WORK"
+  git -C "$ROOT" worktree prune || true
 }
 trap cleanup EXIT
 

@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
 
   void* x;
   uint8_t* q;
-  float *scale, *work, *history, *delayed_scale;
+  float *scale, *work, *delayed_work, *history, *delayed_scale;
   // Scratch far larger than any version asks for (kAmaxWorkspaceFloats, or one
   // float per amax block), so every version runs with the same buffers.
   constexpr int64_t kWorkFloats = 1 << 16;
@@ -63,10 +63,14 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&q, n));
   CHECK(cudaMalloc(&scale, 4 * sizeof(float)));
   CHECK(cudaMalloc(&work, kWorkFloats * sizeof(float)));
+  CHECK(cudaMalloc(&delayed_work, kWorkFloats * sizeof(float)));
   CHECK(cudaMalloc(&history, 16 * sizeof(float)));
   CHECK(cudaMalloc(&delayed_scale, 2 * sizeof(float)));
   CHECK(cudaMemcpy(x, h.data(), n * 2, cudaMemcpyHostToDevice));
-  CHECK(cudaMemset(work, 0xff, kWorkFloats * sizeof(float)));  // NaN garbage: a version must not read it as zero
+  // 0x7f7f7f7f (3.4e38) everywhere: a version that read any of it as an amax, or
+  // as zeroed, derives a wrong scale (NaN garbage would vanish in a max).
+  CHECK(cudaMemset(work, 0x7f, kWorkFloats * sizeof(float)));
+  CHECK(cudaMemset(delayed_work, 0x7f, kWorkFloats * sizeof(float)));
   CHECK(cudaMemset(history, 0, 16 * sizeof(float)));
   const float one = 1.0f;
   CHECK(cudaMemcpy(scale + 2, &one, 4, cudaMemcpyHostToDevice));
@@ -88,7 +92,8 @@ int main(int argc, char** argv) {
       {"current", [&] { keep(cuda::quantize_per_tensor(xm, rule, qm, scale, work, st)); }, {}},
       {"static", [&] { keep(cuda::quantize_with_scale(xm, scale + 2, qm, st)); }, {}},
       {"delayed", [&] {
-         keep(cuda::quantize_delayed(xm, rule, true, history, 16, delayed_scale, qm, delayed_scale + 1, work, st));
+         keep(cuda::quantize_delayed(xm, rule, true, history, 16, delayed_scale, qm, delayed_scale + 1, delayed_work,
+                                     st));
        }, {}},
   };
   for (int r = 0; r < rounds; ++r)
@@ -105,9 +110,12 @@ int main(int argc, char** argv) {
   std::memcpy(&bits, &got_scale, 4);
   for (auto& v : vs) {
     const float b2b = median(v.us[0]), one_call = median(v.us[1]);
-    // One row each way, so that ab_summary.py compares them apart.
-    printf("%s, back to back: %.2f us a call, %.3f TB/s, output %08x\n", v.name, b2b, n * 3.0 / b2b / 1e6, bits);
-    printf("%s, one call: %.2f us a call, %.3f TB/s, output %08x\n", v.name, one_call, n * 3.0 / one_call / 1e6, bits);
+    // One row each way, so that ab_summary.py compares them apart; "output" (the
+    // derived scale's bits) on the current-scaling rows only: the controls' are given.
+    char output[32] = "";
+    if (&v == &vs[0]) snprintf(output, sizeof(output), ", output %08x", bits);
+    printf("%s, back to back: %.2f us a call, %.3f TB/s%s\n", v.name, b2b, n * 3.0 / b2b / 1e6, output);
+    printf("%s, one call: %.2f us a call, %.3f TB/s%s\n", v.name, one_call, n * 3.0 / one_call / 1e6, output);
   }
   if (got_scale != want_scale) {
     printf("WRONG SCALE: %.9g, expected %.9g\n", got_scale, want_scale);
