@@ -230,12 +230,32 @@ def test_leading_dims_and_bad_arguments():
         rms_norm_quantize(x, weight[:10], 1e-6, RowWise())
     with pytest.raises(TypeError, match="weight must have x's dtype"):
         rms_norm_quantize(x, weight.float(), 1e-6, RowWise())
-    with pytest.raises(ValueError, match="eps must be >= 0"):
-        rms_norm_quantize(x, weight, -1.0, RowWise())
-    with pytest.raises(ValueError, match="eps must be >= 0"):
-        rms_norm_quantize(x, weight, float("nan"), RowWise())
+    for eps in (-1.0, float("nan"), float("inf"), 1e300):  # 1e300: inf in fp32
+        with pytest.raises(ValueError, match=r"eps must be finite and >= 0"):
+            rms_norm_quantize(x, weight, eps, RowWise())
+    for eps in (None, True, "1e-6", torch.tensor(1e-6)):
+        with pytest.raises(TypeError, match="eps must be a float"):
+            add_rms_norm_quantize(x, x, weight, eps, RowWise())
     with pytest.raises(TypeError, match="weight must be a torch.Tensor"):
         rms_norm_quantize(x, [1.0] * 64, 1e-6, RowWise())
+    # On another device than x (here meta: a model built on it and never loaded), the meta kernel would
+    # answer with uninitialised memory; refused by name, also when the op is called directly.
+    with pytest.raises(ValueError, match="weight must be on x's device"):
+        rms_norm_quantize(x, weight.to("meta"), 1e-6, RowWise())
+    with pytest.raises(ValueError, match="residual must be on x's device"):
+        add_rms_norm_quantize(x, x.to("meta"), weight, 1e-6, RowWise())
+    with pytest.raises(ValueError, match="weight must be on x's device"):
+        torch.ops.fp8ext.add_rms_norm_quantize_per_row(x[0], x[0], weight.to("meta"), 1e-6,
+                                                       torch.float8_e4m3fn, 0, False, 0)
+    # No backward: inputs that require grad are refused while grad mode is on, taken under no_grad.
+    param = torch.nn.Parameter(weight.clone())
+    with pytest.raises(RuntimeError, match="rms_norm_quantize has no backward"):
+        rms_norm_quantize(x, param, 1e-6, RowWise())
+    with pytest.raises(RuntimeError, match="silu_mul_quantize has no backward"):
+        silu_mul_quantize(x.clone().requires_grad_(), RowWise())
+    with torch.no_grad():
+        assert torch.equal(rms_norm_quantize(x, param, 1e-6, RowWise())[1], rms_norm_quantize(x, weight, 1e-6,
+                                                                                             RowWise())[1])
     with pytest.raises(TypeError, match="recipe"):
         rms_norm_quantize(x, weight, 1e-6, "rowwise")
     q, s, h = add_rms_norm_quantize(x, x, weight, 1e-6, RowWise())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -98,6 +99,31 @@ def _check_per_token(recipe, what: str) -> None:
                          f"activation_granularity={recipe.activation_granularity!r}")
 
 
+def _check_fused_inputs(what: str, x: torch.Tensor, **others) -> None:
+    """The fused ops' common checks (x already passed _native.check_input): the
+    other tensors are tensors on x's device (a weight left on the meta device
+    would otherwise take the meta kernel and return uninitialised memory), and
+    none requires grad while grad mode is on (FP8 codes have no backward: the
+    outputs would silently give no gradient)."""
+    for name, t in others.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{what}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.device != x.device:
+            raise ValueError(f"{what}: {name} must be on x's device {x.device}, got {t.device}")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, *others.values())):
+        raise RuntimeError(f"{what} has no backward (its FP8 output is not differentiable): call it under "
+                           "torch.no_grad() or torch.inference_mode(), or with tensors that do not require grad")
+
+
+def _check_eps(what: str, eps) -> float:
+    """RMSNorm's eps: a finite float >= 0 that fp32 holds (1e300 would become inf)."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"{what}: eps must be a float, got {type(eps).__name__}")
+    if not 0.0 <= eps <= torch.finfo(torch.float32).max:
+        raise ValueError(f"{what}: eps must be finite and >= 0 (in float32), got {eps!r}")
+    return float(eps)
+
+
 def _rows(x: torch.Tensor) -> torch.Tensor:
     """x [..., K] as a [M, K] matrix with unit column stride (callers have run _native.check_input)."""
     if x.dim() < 1:
@@ -126,10 +152,10 @@ def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float, recipe:
     ``(q, scale)`` as :func:`quantize`."""
     _check_per_token(recipe, "rms_norm_quantize")
     _native.check_input(x, "x")
-    if not isinstance(weight, torch.Tensor):
-        raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
+    _check_fused_inputs("rms_norm_quantize", x, weight=weight)
+    eps = _check_eps("rms_norm_quantize", eps)
     pad = _check_pad(pad_k_to)
-    q, s = torch.ops.fp8ext.rms_norm_quantize_per_row(_rows(x), weight.contiguous(), float(eps),
+    q, s = torch.ops.fp8ext.rms_norm_quantize_per_row(_rows(x), weight.contiguous(), eps,
                                                       recipe.activation_format.torch_dtype, recipe.margin,
                                                       recipe.power_of_two_scales, pad)
     return q.reshape(*x.shape[:-1], q.shape[-1]), s
@@ -143,14 +169,13 @@ def add_rms_norm_quantize(x: torch.Tensor, residual: torch.Tensor, weight: torch
     and dtype. Returns ``(q, scale, h)``; ``h`` is the next residual."""
     _check_per_token(recipe, "add_rms_norm_quantize")
     _native.check_input(x, "x")
-    if not isinstance(residual, torch.Tensor) or not isinstance(weight, torch.Tensor):
-        raise TypeError(f"residual and weight must be torch.Tensors, got {type(residual).__name__} and "
-                        f"{type(weight).__name__}")
+    _check_fused_inputs("add_rms_norm_quantize", x, residual=residual, weight=weight)
+    eps = _check_eps("add_rms_norm_quantize", eps)
     if residual.shape != x.shape:
         raise ValueError(f"residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
     pad = _check_pad(pad_k_to)
     q, s, h = torch.ops.fp8ext.add_rms_norm_quantize_per_row(
-        _rows(x), _rows(residual), weight.contiguous(), float(eps), recipe.activation_format.torch_dtype,
+        _rows(x), _rows(residual), weight.contiguous(), eps, recipe.activation_format.torch_dtype,
         recipe.margin, recipe.power_of_two_scales, pad)
     return q.reshape(*x.shape[:-1], q.shape[-1]), s, h.reshape(x.shape)
 
@@ -166,6 +191,7 @@ def silu_mul_quantize(x: torch.Tensor, recipe: Recipe, pad_k_to: int | None = No
     Returns ``(q [..., I], scale)``."""
     _check_per_token(recipe, "silu_mul_quantize")
     _native.check_input(x, "x")
+    _check_fused_inputs("silu_mul_quantize", x)
     pad = _check_pad(pad_k_to)
     q, s = torch.ops.fp8ext.silu_mul_quantize_per_row(_rows(x), recipe.activation_format.torch_dtype,
                                                       recipe.margin, recipe.power_of_two_scales, pad)

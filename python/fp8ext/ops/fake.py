@@ -45,13 +45,23 @@ def _quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
     return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],))
 
 
+def _same_device(op: str, x, **others) -> None:
+    """Inputs on another device than x reach this meta kernel instead of a real
+    one (Meta outranks CPU and CUDA in dispatch): refuse them as the real ops do."""
+    for name, t in others.items():
+        if t.device != x.device:
+            raise ValueError(f"{op}: {name} must be on x's device {x.device}, got {t.device}")
+
+
 @torch.library.register_fake("fp8ext::rms_norm_quantize_per_row")
 def _rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_k_to):
+    _same_device("rms_norm_quantize_per_row", x, weight=weight)
     return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],))
 
 
 @torch.library.register_fake("fp8ext::add_rms_norm_quantize_per_row")
 def _add_rms_norm_quantize_per_row(x, residual, weight, eps, dtype, margin, power_of_two, pad_k_to):
+    _same_device("add_rms_norm_quantize_per_row", x, residual=residual, weight=weight)
     return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],)), x.new_empty(x.shape)
 
 
