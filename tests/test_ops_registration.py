@@ -50,6 +50,24 @@ def op_cases(device):
             q, k_cache, v_cache, table, lens, scale, scale, 0.125, 2, 0, 0.0)
 
 
+def test_an_input_left_on_the_meta_device_is_refused_by_name():
+    """Meta outranks CPU and CUDA in dispatch, so a call with one meta tensor among
+    real ones reaches the fake kernel; it must refuse it (the real ops require one
+    device) instead of returning uninitialised memory. Every op, every tensor
+    argument in turn."""
+    checked = 0
+    for op, args in op_cases("cpu"):
+        for i, arg in enumerate(args):
+            if not isinstance(arg, torch.Tensor) or i == 0:
+                continue
+            bad = list(args)
+            bad[i] = arg.to("meta")
+            with pytest.raises(ValueError, match=r"must be on .*'s device cpu, got meta"):
+                op(*bad)
+            checked += 1
+    assert checked >= 30
+
+
 def _opcheck(device):
     for op, args in op_cases(device):
         # test_aot_dispatch_dynamic is skipped: FP8 outputs have no autograd formula to check.

@@ -1,11 +1,38 @@
 """Fake (meta) implementations: output shapes, dtypes and strides of every op,
 so torch.compile(fullgraph=True) can trace them. They mirror
-csrc/torch/quantize_outputs.h."""
+csrc/torch/quantize_outputs.h, and refuse tensors on mixed devices as the
+real ops do (see _fake)."""
 from __future__ import annotations
+
+import functools
+import inspect
 
 import torch
 
 from fp8ext.ops.reference import GROUP, GROUP_SCALE_ROW_ALIGN
+
+
+def _fake(op: str):
+    """torch.library.register_fake for `op`, after checking that every tensor
+    argument is on the first one's device, as the real ops require. Without
+    it, one input on the meta device among real ones (a weight built there and
+    never loaded) sends the call here, since Meta outranks CPU and CUDA in
+    dispatch, and the caller gets uninitialised memory instead of an error."""
+    def register(fn):
+        names = list(inspect.signature(fn).parameters)
+
+        @functools.wraps(fn)
+        def checked(*args, **kwargs):
+            tensors = [(n, a) for n, a in [*zip(names, args), *kwargs.items()] if isinstance(a, torch.Tensor)]
+            for name, t in tensors[1:]:
+                if t.device != tensors[0][1].device:
+                    raise ValueError(f"{op}: {name} must be on {tensors[0][0]}'s device {tensors[0][1].device}, "
+                                     f"got {t.device}")
+            return fn(*args, **kwargs)
+
+        torch.library.register_fake(op)(checked)
+        return fn
+    return register
 
 
 def _k_padded(k: int, pad_k_to: int) -> int:
@@ -20,59 +47,49 @@ def _f32(x, shape):
     return x.new_empty(shape, dtype=torch.float32)
 
 
-@torch.library.register_fake("fp8ext::cast_to_fp8")
+@_fake("fp8ext::cast_to_fp8")
 def _cast_to_fp8(x, dtype, saturate):
     return x.new_empty(x.shape, dtype=dtype)
 
 
-@torch.library.register_fake("fp8ext::quantize_with_scale")
+@_fake("fp8ext::quantize_with_scale")
 def _quantize_with_scale(x, scale, dtype, pad_k_to):
     return _q(x, dtype, pad_k_to)
 
 
-@torch.library.register_fake("fp8ext::quantize_per_tensor")
+@_fake("fp8ext::quantize_per_tensor")
 def _quantize_per_tensor(x, dtype, margin, power_of_two, pad_k_to):
     return _q(x, dtype, pad_k_to), _f32(x, ())
 
 
-@torch.library.register_fake("fp8ext::quantize_delayed")
+@_fake("fp8ext::quantize_delayed")
 def _quantize_delayed(x, amax_history, scale, dtype, margin, power_of_two, use_history_max, pad_k_to):
     return _q(x, dtype, pad_k_to), _f32(x, ())
 
 
-@torch.library.register_fake("fp8ext::quantize_per_row")
+@_fake("fp8ext::quantize_per_row")
 def _quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
     return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],))
 
 
-def _same_device(op: str, x, **others) -> None:
-    """Inputs on another device than x reach this meta kernel instead of a real
-    one (Meta outranks CPU and CUDA in dispatch): refuse them as the real ops do."""
-    for name, t in others.items():
-        if t.device != x.device:
-            raise ValueError(f"{op}: {name} must be on x's device {x.device}, got {t.device}")
-
-
-@torch.library.register_fake("fp8ext::rms_norm_quantize_per_row")
+@_fake("fp8ext::rms_norm_quantize_per_row")
 def _rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_k_to):
-    _same_device("rms_norm_quantize_per_row", x, weight=weight)
     return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],))
 
 
-@torch.library.register_fake("fp8ext::add_rms_norm_quantize_per_row")
+@_fake("fp8ext::add_rms_norm_quantize_per_row")
 def _add_rms_norm_quantize_per_row(x, residual, weight, eps, dtype, margin, power_of_two, pad_k_to):
-    _same_device("add_rms_norm_quantize_per_row", x, residual=residual, weight=weight)
     return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],)), x.new_empty(x.shape)
 
 
-@torch.library.register_fake("fp8ext::silu_mul_quantize_per_row")
+@_fake("fp8ext::silu_mul_quantize_per_row")
 def _silu_mul_quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
     if x.shape[1] % 2:
         raise ValueError(f"x must be [M, 2 * I] (gate, then up), got {x.shape[1]} columns")
     return x.new_empty((x.shape[0], _k_padded(x.shape[1] // 2, pad_k_to)), dtype=dtype), _f32(x, (x.shape[0],))
 
 
-@torch.library.register_fake("fp8ext::quantize_per_group")
+@_fake("fp8ext::quantize_per_group")
 def _quantize_per_group(x, dtype, margin, power_of_two, pad_k_to):
     m, k = x.shape
     groups = -(-k // GROUP)
@@ -81,33 +98,33 @@ def _quantize_per_group(x, dtype, margin, power_of_two, pad_k_to):
     return _q(x, dtype, pad_k_to), storage.as_strided((m, groups), (1, m_pad))
 
 
-@torch.library.register_fake("fp8ext::quantize_per_block")
+@_fake("fp8ext::quantize_per_block")
 def _quantize_per_block(x, dtype, margin, power_of_two, pad_k_to):
     m, k = x.shape
     return _q(x, dtype, pad_k_to), _f32(x, (-(-m // GROUP), -(-k // GROUP)))
 
 
-@torch.library.register_fake("fp8ext::scaled_mm")
+@_fake("fp8ext::scaled_mm")
 def _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, config, use_fast_accum=False):
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
 
 
-@torch.library.register_fake("fp8ext::kv_cache_write")
+@_fake("fp8ext::kv_cache_write")
 def _kv_cache_write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
     return None
 
 
-@torch.library.register_fake("fp8ext::kv_cache_write_rotary")
+@_fake("fp8ext::kv_cache_write_rotary")
 def _kv_cache_write_rotary(qkv, cos, sin, k_cache, v_cache, slot_mapping, k_scale, v_scale, num_q_heads):
     return qkv.new_empty((qkv.shape[0], num_q_heads, k_cache.shape[3]))
 
 
-@torch.library.register_fake("fp8ext::paged_decode_attention")
+@_fake("fp8ext::paged_decode_attention")
 def _paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, softmax_scale,
                             num_splits=1, window=0, softcap=0.0):
     return q.new_empty(q.shape)
 
 
-@torch.library.register_fake("fp8ext::scaled_mm_blockwise")
+@_fake("fp8ext::scaled_mm_blockwise")
 def _scaled_mm_blockwise(a, b, scale_a, scale_b, bias, out_dtype, config):
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
