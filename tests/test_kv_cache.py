@@ -302,6 +302,89 @@ def test_plan_refills_in_place_for_graph_replay():
         cache.plan([0, 1], out=plan)
 
 
+def test_a_plan_made_before_an_append_or_free_is_refused():
+    """A stale plan would read old lengths (dropping the new tokens) or, after a
+    free, pages that another sequence now holds. plan(..., out=plan) refreshes it;
+    a plan made by hand (a captured graph's, refilled by its owner) is not checked."""
+    cache = make_cache(pages=16, page_size=4)
+    fill(cache, [5, 9])
+    q = torch.randn(2, 4, 64)
+    plan = cache.plan([0, 1])
+    before = cache.attention(0, q, plan)
+    cache.free(1)
+    cache.append(2, 9)  # takes sequence 1's pages
+    with pytest.raises(RuntimeError, match="plan is stale"):
+        cache.attention(0, q, plan)
+    plan = cache.plan([0, 2])
+    cache.append(0, 1)
+    with pytest.raises(RuntimeError, match="plan is stale"):
+        cache.attention(0, q, plan)
+    cache.plan([0, 2], out=plan)
+    assert plan.seq_lens.tolist() == [6, 9] and cache.attention(0, q, plan).shape == before.shape
+    by_hand = fp8ext.DecodePlan([0, 2], plan.block_table.clone(), plan.seq_lens.clone(), plan.num_splits)
+    cache.append(0, 1)
+    cache.attention(0, q, by_hand)  # not checked: its owner refills it
+    with pytest.raises(TypeError, match="plan must be a fp8ext.DecodePlan"):
+        cache.attention(0, q, (plan.block_table, plan.seq_lens))
+
+
+def test_plan_out_and_the_sizing_helpers_refuse_bad_input():
+    cache = make_cache(pages=16, page_size=4)
+    fill(cache, [5])
+    good = cache.plan([0])
+    for bad, match in [(dict(block_table=good.block_table[0]), "block_table must be an int32 \\[batch, max_pages\\]"),
+                       (dict(block_table=good.block_table.float()), "block_table must be an int32"),
+                       (dict(seq_lens=torch.zeros(3, dtype=torch.int32)), "seq_lens must be an int32 \\[1\\]"),
+                       (dict(seq_lens=good.seq_lens.long()), "seq_lens must be an int32")]:
+        out = fp8ext.DecodePlan(**{**good.__dict__, **bad})
+        with pytest.raises(ValueError, match=match):
+            cache.plan([0], out=out)
+    with pytest.raises(TypeError, match="out must be a fp8ext.DecodePlan"):
+        cache.plan([0], out=(good.block_table, good.seq_lens))
+    with pytest.raises(ValueError, match="memory_bytes must be an int >= 0"):
+        capacity_tokens(-1, 1, 2, 64, E4M3)
+    with pytest.raises(ValueError, match="memory_bytes must be an int >= 0"):
+        capacity_tokens(1e6, 1, 2, 64, E4M3)
+    with pytest.raises(ValueError, match="num_layers must be a positive int"):
+        bytes_per_token(-1, 2, 64, E4M3)
+    with pytest.raises(TypeError, match="dtype must be a KV cache dtype"):
+        bytes_per_token(1, 2, 64, torch.int8)
+    # CUDA caches take the decode kernels' head dims: refused when built, not at the first decode.
+    with pytest.raises(ValueError, match="head_dim must be one of \\(64, 128, 256\\) for a CUDA cache"):
+        PagedKVCache(1, 2, 96, 4, 16, torch.bfloat16, device="cuda")
+
+
+def test_direct_op_calls_refuse_what_the_cache_would():
+    """The ops called directly (no PagedKVCache in front): scales that are not
+    finite and positive, a slot given twice, one tensor as both pools, and the
+    CUDA ops' limits on splits, window and batch, on the CPU too."""
+    cache = make_cache(pages=8, page_size=16)
+    cache.append(0, 20)
+    plan = cache.plan([0])
+    k = torch.randn(3, 2, 64)
+    ones = cache.k_scale[0]
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="k_scale must be finite and positive"):
+            torch.ops.fp8ext.kv_cache_write(k, k, cache.k[0], cache.v[0], torch.tensor([0, 1, 2]),
+                                            torch.full_like(ones, bad), ones)
+    with pytest.raises(ValueError, match="must not give a slot twice"):
+        torch.ops.fp8ext.kv_cache_write(k, k, cache.k[0], cache.v[0], torch.tensor([4, -1, 4]), ones, ones)
+    torch.ops.fp8ext.kv_cache_write(k, k, cache.k[0], cache.v[0], torch.tensor([4, -1, -1]), ones, ones)  # -1 twice
+    with pytest.raises(ValueError, match="separate pools"):
+        torch.ops.fp8ext.kv_cache_write(k, k, cache.k[0], cache.k[0], torch.tensor([0, 1, 2]), ones, ones)
+
+    def decode(q=torch.randn(1, 4, 64), table=plan.block_table, lens=plan.seq_lens, splits=1, window=0):
+        return torch.ops.fp8ext.paged_decode_attention(q, cache.k[0], cache.v[0], table, lens, ones, ones, 0.125,
+                                                       splits, window, 0.0)
+    with pytest.raises(ValueError, match="num_splits must be in \\[1, 65535\\]"):
+        decode(splits=65536)
+    with pytest.raises(ValueError, match="window must be in \\[0, 2\\^31\\)"):
+        decode(window=2**31)
+    batch = 65536
+    with pytest.raises(ValueError, match="batch must be at most 65535"):
+        decode(torch.zeros(batch, 2, 64), plan.block_table.expand(batch, -1), plan.seq_lens.expand(batch))
+
+
 # ---- errors, compile (opcheck: tests/test_ops_registration.py) ---------------------------------------------------------
 def test_bad_input_raises_clear_errors():
     cache = make_cache(pages=8, page_size=16)
@@ -345,6 +428,8 @@ def test_bad_input_raises_clear_errors():
     (dict(softcap=float("nan")), "softcap must be finite and >= 0"),
     (dict(softcap=-1.0), "softcap must be finite and >= 0"),
     (dict(softmax_scale=float("nan")), "softmax_scale must be finite"),
+    (dict(softcap=1e39), "softcap must be finite and >= 0"),  # finite as a double, inf in float32
+    (dict(softmax_scale=-1e300), "softmax_scale must be finite"),
 ])
 def test_non_finite_attention_settings_are_refused(device, kw, match):
     cache = make_cache(pages=8, page_size=16, device=device)

@@ -30,7 +30,7 @@ from typing import Mapping, Sequence
 import torch
 
 from fp8ext.checks import check_positive_int
-from fp8ext.ops.kv_cache_reference import CACHE_DTYPES, CPU_CACHE_DTYPES
+from fp8ext.ops.kv_cache_reference import CACHE_DTYPES, CPU_CACHE_DTYPES, CUDA_HEAD_DIMS
 
 FP8_CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 # No split shorter than this many tokens (one round of the kernel's four warps
@@ -45,15 +45,19 @@ SPLIT_OVERHEAD_TOKENS = 256
 
 def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
     """K and V of one token across all layers."""
+    for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
+        check_positive_int(name, value)
+    if dtype not in CPU_CACHE_DTYPES:
+        raise TypeError(f"dtype must be a KV cache dtype {CPU_CACHE_DTYPES}, got {dtype}")
     return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
 
 def capacity_tokens(memory_bytes: int, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
                     page_size: int = 16) -> int:
     """Tokens a cache of `memory_bytes` holds, in whole pages (FP8: twice bf16's)."""
-    for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
-                        ("page_size", page_size)):
-        check_positive_int(name, value)
+    check_positive_int("page_size", page_size)
+    if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int) or memory_bytes < 0:
+        raise ValueError(f"memory_bytes must be an int >= 0, got {memory_bytes!r}")
     page_bytes = page_size * bytes_per_token(num_layers, num_kv_heads, head_dim, dtype)
     return (memory_bytes // page_bytes) * page_size
 
@@ -117,6 +121,11 @@ class DecodePlan:
     block_table: torch.Tensor  # [batch, max_pages] int32; unused entries 0
     seq_lens: torch.Tensor  # [batch] int32
     num_splits: int
+    # The cache's page bookkeeping when `plan` filled it (None: a plan made by
+    # hand, e.g. a captured graph's, whose owner refills it): attention refuses
+    # a plan made before an append or free, which would read stale lengths or
+    # pages that another sequence now holds.
+    generation: int | None = None
 
 
 class PagedKVCache:
@@ -132,6 +141,9 @@ class PagedKVCache:
         if dtype not in (CPU_CACHE_DTYPES if self.device.type == "cpu" else CACHE_DTYPES):
             raise TypeError(f"dtype must be float8_e4m3fn, float8_e5m2, bfloat16 or float16 (float32 on the CPU), "
                             f"got {dtype} on {self.device.type}")
+        if self.device.type == "cuda" and head_dim not in CUDA_HEAD_DIMS:
+            raise ValueError(f"head_dim must be one of {CUDA_HEAD_DIMS} for a CUDA cache (the decode kernels'), "
+                             f"got {head_dim}")
         self.num_layers, self.num_kv_heads, self.head_dim = num_layers, num_kv_heads, head_dim
         self.num_pages, self.page_size, self.dtype = num_pages, page_size, dtype
         self.max_pages_per_seq = num_pages if max_pages_per_seq is None else max_pages_per_seq
@@ -142,6 +154,7 @@ class PagedKVCache:
         self._free = list(range(num_pages - 1, -1, -1))  # a stack: pop() hands out low ids first
         self._pages: dict = {}
         self._lens: dict = {}
+        self._generation = 0  # bumped by every append and free (see DecodePlan.generation)
 
     # ---- scales -------------------------------------------------------------
     def _scales(self, scales):
@@ -207,6 +220,7 @@ class PagedKVCache:
                                f"of {self.num_pages} are free (free finished sequences or make the cache larger)")
         pages = pages + [self._free.pop() for _ in range(needed)]
         self._pages[seq_id], self._lens[seq_id] = pages, end
+        self._generation += 1
         positions = torch.arange(start, end)
         page_ids = torch.tensor(pages, dtype=torch.int64)[positions // self.page_size]
         return (page_ids * self.page_size + positions % self.page_size).to(self.device)
@@ -217,6 +231,7 @@ class PagedKVCache:
             raise KeyError(f"unknown sequence {seq_id!r}")
         self._free.extend(reversed(self._pages.pop(seq_id)))
         del self._lens[seq_id]
+        self._generation += 1
 
     # ---- device work ------------------------------------------------------------
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
@@ -253,6 +268,8 @@ class PagedKVCache:
         for s in seq_ids:
             if s not in self._pages:
                 raise KeyError(f"unknown sequence {s!r}")
+        if out is not None:
+            self._check_plan_tensors(out, "out")
         width = out.block_table.shape[1] if out is not None else max(
             [1] + [len(self._pages[s]) for s in seq_ids])
         table = torch.zeros(len(seq_ids), width, dtype=torch.int32)
@@ -267,13 +284,28 @@ class PagedKVCache:
                 num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
                            if self.device.type == "cuda" else 132)
             splits = self.plan_splits(len(seq_ids), int(lens.max()) if len(seq_ids) else 0, num_sms)
-            return DecodePlan(seq_ids, table.to(self.device), lens.to(self.device), splits)
+            return DecodePlan(seq_ids, table.to(self.device), lens.to(self.device), splits, self._generation)
         if out.block_table.shape[0] != len(seq_ids):
             raise ValueError(f"out holds a plan for {out.block_table.shape[0]} sequences, got {len(seq_ids)}")
         out.block_table.copy_(table)
         out.seq_lens.copy_(lens)
         out.seq_ids = seq_ids
+        out.generation = self._generation
         return out
+
+    def _check_plan_tensors(self, plan, name: str) -> None:
+        if not isinstance(plan, DecodePlan):
+            raise TypeError(f"{name} must be a fp8ext.DecodePlan, got {type(plan).__name__}")
+        table, lens = plan.block_table, plan.seq_lens
+        if not (isinstance(table, torch.Tensor) and table.dtype == torch.int32 and table.dim() == 2):
+            raise ValueError(f"{name}.block_table must be an int32 [batch, max_pages] tensor, got "
+                             f"{getattr(table, 'dtype', type(table).__name__)} {tuple(getattr(table, 'shape', ()))}")
+        if not (isinstance(lens, torch.Tensor) and lens.dtype == torch.int32 and lens.shape == table.shape[:1]):
+            raise ValueError(f"{name}.seq_lens must be an int32 [{table.shape[0]}] tensor, got "
+                             f"{getattr(lens, 'dtype', type(lens).__name__)} {tuple(getattr(lens, 'shape', ()))}")
+        if table.device != self.device or lens.device != self.device:
+            raise ValueError(f"{name}'s tensors must be on the cache's device {self.device}, got {table.device} and "
+                             f"{lens.device}")
 
     def attention(self, layer: int, q: torch.Tensor, plan: DecodePlan, softmax_scale: float | None = None,
                   window: int = 0, softcap: float = 0.0) -> torch.Tensor:
@@ -284,6 +316,12 @@ class PagedKVCache:
         or that head's output is NaN (the CPU reference computes it in fp32).
         """
         self._check_layer(layer)
+        if not isinstance(plan, DecodePlan):
+            raise TypeError(f"plan must be a fp8ext.DecodePlan, got {type(plan).__name__}")
+        if plan.generation is not None and plan.generation != self._generation:
+            raise RuntimeError("plan is stale: sequences were appended to or freed since it was made (it would read "
+                               "old lengths, or pages another sequence now holds); make it after the step's "
+                               "appends, or refill it with plan(seq_ids, out=plan)")
         scale = softmax_scale if softmax_scale is not None else self.head_dim ** -0.5
         return torch.ops.fp8ext.paged_decode_attention(q, self.k[layer], self.v[layer], plan.block_table,
                                                        plan.seq_lens, self.k_scale[layer], self.v_scale[layer],

@@ -42,6 +42,8 @@ std::pair<PagedPool, PagedPool> pools(const at::Tensor& k_cache, const at::Tenso
                     k_cache.device(), "), got ", v_cache.sizes(), ", ", v_cache.scalar_type(), ", ", v_cache.device());
   const CacheDType dt = cache_dtype(k_cache);
   TORCH_CHECK_VALUE(k_cache.is_contiguous() && v_cache.is_contiguous(), "k_cache and v_cache must be contiguous");
+  TORCH_CHECK_VALUE(k_cache.numel() == 0 || k_cache.data_ptr() != v_cache.data_ptr(),
+                    "k_cache and v_cache must be separate pools (the same tensor was given for both)");
   TORCH_CHECK_VALUE(k_cache.size(1) >= 1 && k_cache.size(2) >= 1, "page_size and num_kv_heads must be >= 1, got ",
                     k_cache.sizes());
   TORCH_CHECK_VALUE(k_cache.size(3) >= 16 && k_cache.size(3) % 16 == 0, "head_dim must be a positive multiple of 16, got ",
@@ -171,9 +173,11 @@ at::Tensor paged_decode_attention_cuda(const at::Tensor& q, const at::Tensor& k_
   TORCH_CHECK_VALUE(num_splits >= 1 && num_splits <= 65535, "num_splits must be in [1, 65535], got ", num_splits);
   TORCH_CHECK_VALUE(window >= 0 && window <= INT32_MAX, "window must be in [0, 2^31) (0: no sliding window), got ",
                     window);
-  TORCH_CHECK_VALUE(std::isfinite(softcap) && softcap >= 0, "softcap must be finite and >= 0 (0: none), got ",
-                    softcap);
-  TORCH_CHECK_VALUE(std::isfinite(softmax_scale), "softmax_scale must be finite, got ", softmax_scale);
+  // Both are used in float32: a double past its max would become inf there.
+  TORCH_CHECK_VALUE(std::isfinite(static_cast<float>(softcap)) && softcap >= 0,
+                    "softcap must be finite and >= 0 (0: none; finite in float32), got ", softcap);
+  TORCH_CHECK_VALUE(std::isfinite(static_cast<float>(softmax_scale)), "softmax_scale must be finite (in float32), got ",
+                    softmax_scale);
   TORCH_CHECK_VALUE(batch <= 65535, "batch must be at most 65535, got ", batch);
   TORCH_CHECK_VALUE(k_pool.num_pages * k_pool.page_size <= INT32_MAX,
                     "k_cache must hold fewer than 2^31 tokens (num_pages x page_size) on CUDA, got ",

@@ -1,8 +1,12 @@
 """Reference of the paged KV-cache ops, in PyTorch: the CPU implementation,
 and the CUDA path of builds without the kernels (csrc/attention). Argument
-checks raise what the CUDA ops raise; the value checks (page ids, lengths,
-slots) read the tensors, a host sync the CUDA ops do not pay: there a bad
-page id or length gives NaN for its sequence and a bad slot is skipped.
+checks raise what the CUDA ops raise, but for head_dim: the CUDA writes take
+multiples of 16 and decode 64, 128 or 256 (CUDA_HEAD_DIMS), the CPU any. The
+value checks (page ids, lengths, slots, scales) read the tensors, a host sync
+the CUDA ops do not pay: there a bad page id or length gives NaN for its
+sequence, a bad slot is skipped, a slot given twice keeps one of its tokens
+(which one is not defined), and a scale of 0, < 0 or not finite is used as
+it is (PagedKVCache refuses such scales when it is built).
 
 Numerics, which the CUDA kernels must match:
 - write: code = cast(x / scale) with the scale of the token's KV head, the
@@ -14,8 +18,6 @@ Numerics, which the CUDA kernels must match:
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from fp8ext._native import INPUT_DTYPES
@@ -26,6 +28,8 @@ CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.fl
 # is checked token for token against Hugging Face); the CUDA kernels refuse it.
 CPU_CACHE_DTYPES = CACHE_DTYPES + (torch.float32,)
 INDEX_DTYPES = (torch.int32, torch.int64)
+CUDA_HEAD_DIMS = (64, 128, 256)  # what the CUDA decode kernels are built for
+F32_MAX = torch.finfo(torch.float32).max
 
 
 def _check_tensor(t, name: str) -> None:
@@ -49,6 +53,8 @@ def check_cache(k_cache, v_cache) -> None:
                         f"got {k_cache.dtype} on {k_cache.device.type}")
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("k_cache and v_cache must be contiguous")
+    if k_cache.numel() and k_cache.data_ptr() == v_cache.data_ptr():
+        raise ValueError("k_cache and v_cache must be separate pools (the same tensor was given for both)")
 
 
 def check_scale(s, name: str, num_kv_heads: int, device) -> None:
@@ -59,6 +65,8 @@ def check_scale(s, name: str, num_kv_heads: int, device) -> None:
         raise ValueError(f"{name} must hold one value or one per KV head ([{num_kv_heads}]), got {tuple(s.shape)}")
     if s.device != device:
         raise ValueError(f"{name} must be on {device}, got {s.device}")
+    if not bool((torch.isfinite(s) & (s > 0)).all()):
+        raise ValueError(f"{name} must be finite and positive, got {s.tolist()}")
 
 
 def _per_head(s: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
@@ -85,6 +93,9 @@ def check_write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale) -> None:
             raise ValueError(f"{name} must be on the cache's device {k_cache.device}, got {t.device}")
     check_scale(k_scale, "k_scale", heads, k_cache.device)
     check_scale(v_scale, "v_scale", heads, k_cache.device)
+    kept = slot_mapping[slot_mapping >= 0]
+    if kept.numel() != kept.unique().numel():
+        raise ValueError("slot_mapping must not give a slot twice (-1 excepted): which token would land is not defined")
 
 
 def encode(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -130,12 +141,14 @@ def check_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale
         raise ValueError(f"seq_lens must be int32/int64 [batch = {q.shape[0]}], got {seq_lens.dtype} {tuple(seq_lens.shape)}")
     check_scale(k_scale, "k_scale", heads, k_cache.device)
     check_scale(v_scale, "v_scale", heads, k_cache.device)
-    if num_splits < 1:
-        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
-    if window < 0:
-        raise ValueError(f"window must be >= 0 (0: no sliding window), got {window}")
-    if not (math.isfinite(softcap) and softcap >= 0):
-        raise ValueError(f"softcap must be finite and >= 0 (0: none), got {softcap}")
+    if not 1 <= num_splits <= 65535:
+        raise ValueError(f"num_splits must be in [1, 65535], got {num_splits}")
+    if not 0 <= window <= 2**31 - 1:
+        raise ValueError(f"window must be in [0, 2^31) (0: no sliding window), got {window}")
+    if not 0 <= softcap <= F32_MAX:  # used in float32: past its max it would be inf
+        raise ValueError(f"softcap must be finite and >= 0 (0: none; finite in float32), got {softcap}")
+    if q.shape[0] > 65535:
+        raise ValueError(f"batch must be at most 65535, got {q.shape[0]}")
 
 
 def _check_pages(block_table, seq_lens, num_pages: int, page_size: int) -> None:
@@ -159,8 +172,8 @@ def gather(cache: torch.Tensor, scale: torch.Tensor, pages: torch.Tensor, length
 def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, softmax_scale,
                            num_splits=1, window=0, softcap=0.0):
     check_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, num_splits, window, softcap)
-    if not math.isfinite(softmax_scale):
-        raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+    if not abs(softmax_scale) <= F32_MAX:  # used in float32: past its max it would be inf
+        raise ValueError(f"softmax_scale must be finite (in float32), got {softmax_scale}")
     num_pages, page_size, heads, dim = k_cache.shape
     _check_pages(block_table, seq_lens, num_pages, page_size)
     group = q.shape[1] // heads
