@@ -101,6 +101,18 @@ def test_kv_amax_per_head_and_scales(seed):
         assert result.kv_scales("e5m2")[attn]["v_scale"].shape == (2,)
 
 
+def test_a_batch_without_tokens_records_nothing(seed):
+    """An empty batch among real ones (a padding-only step) leaves the amax of the others."""
+    model = Model()
+    convert(model, RowWise())
+    batches = [{"x": torch.randn(3, 4, 64)}]
+    want = fp8ext.calibrate(model, batches, head_dim=16, progress=False)
+    got = fp8ext.calibrate(model, [{"x": torch.randn(3, 0, 64)}] + batches, head_dim=16, progress=False)
+    for attn in ("layers.0", "layers.1"):
+        for kv in ("k", "v"):
+            assert torch.equal(got.kv_amax[attn][kv], want.kv_amax[attn][kv])
+
+
 def test_calibration_leaves_dynamic_recipes_and_restores_fp8_compute(seed):
     model = Model()
     convert(model, RowWise())

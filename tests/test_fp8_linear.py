@@ -448,3 +448,52 @@ def test_checkpoint_scales_must_be_finite_and_positive(bad):
     sd["weight_scale"] = torch.ones(8, dtype=torch.int32)
     with pytest.raises(TypeError, match="weight_scale: scales must be floating point"):
         FP8Linear(20, 8, recipe=RowWise()).load_state_dict(sd)
+
+
+def test_convert_keeps_a_shared_linear_shared():
+    """nn.Sequential(lin, act, lin): one module under two names becomes one FP8Linear under both."""
+    lin = nn.Linear(16, 16)
+    model = nn.Sequential(lin, nn.ReLU(), lin)
+    summary = convert(model, RowWise())
+    assert type(model[0]) is FP8Linear and model[0] is model[2]
+    assert [name for name, _ in summary.converted] == ["0"]
+
+
+def test_a_non_finite_weight_is_refused_and_convert_swaps_nothing():
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16))
+    with torch.no_grad():
+        model[2].weight[3, 5] = float("inf")
+    with pytest.raises(ValueError, match="2: the weight holds non-finite values"):
+        convert(model, RowWise())
+    assert [type(m) for m in model] == [nn.Linear, nn.ReLU, nn.Linear]  # untouched
+    with pytest.raises(ValueError, match="non-finite"):
+        FP8Linear.from_linear(model[2])
+
+
+def test_compute_dtype_must_be_a_float_the_kernels_take():
+    for dtype in (torch.int32, torch.float8_e4m3fn, torch.float64):
+        with pytest.raises(TypeError, match="dtype \\(the bias and compute dtype\\) must be"):
+            FP8Linear(4, 4, dtype=dtype)
+    layer = FP8Linear(4, 4)
+    with pytest.raises(TypeError, match="cannot cast it to torch.float8_e4m3fn"):
+        layer.to(torch.float8_e4m3fn)
+    assert layer.bias.dtype == torch.float32 and layer.half().bias.dtype == torch.float16
+
+
+def test_delayed_scaling_state_is_untouched_by_a_call_without_tokens():
+    """An MoE expert that gets no tokens: an amax of 0 in the history would reset a
+    most_recent scale to 1."""
+    layer = FP8Linear(20, 8, recipe=DelayedScaling(amax_history_len=4, amax_compute_algo="most_recent"))
+    layer(torch.randn(3, 20) * 10)
+    scale, history = layer.input_scale.clone(), layer.amax_history.clone()
+    assert layer(torch.randn(0, 20)).shape == (0, 8) and layer(torch.randn(2, 0, 20)).shape == (2, 0, 8)
+    assert torch.equal(layer.input_scale, scale) and torch.equal(layer.amax_history, history)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), -1.0])
+def test_checkpoint_amax_history_must_be_finite_and_non_negative(bad):
+    recipe = DelayedScaling(amax_history_len=4)
+    sd = FP8Linear(20, 8, recipe=recipe).state_dict()
+    sd["amax_history"][0] = bad
+    with pytest.raises(ValueError, match="amax_history: every amax must be finite and >= 0"):
+        FP8Linear(20, 8, recipe=recipe).load_state_dict(sd)

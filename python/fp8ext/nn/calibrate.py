@@ -117,6 +117,8 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
 
         def hook(_module, _args, out):
             o = out.reshape(-1, out.shape[-1])
+            if o.shape[0] == 0:
+                return  # a batch without tokens has no K/V to record
             if head_dim is not None and o.shape[-1] % head_dim:
                 raise ValueError(f"head_dim={head_dim} does not divide {name}'s output width {o.shape[-1]}")
             heads = o.shape[-1] // hd if hd and o.shape[-1] % hd == 0 else 1

@@ -112,7 +112,33 @@ WEIGHT_ROUNDINGS = ("nearest", "gptq")
 
 def replace_linear(model: nn.Module, name: str, recipe: Recipe, hessian=None) -> None:
     """Swaps the nn.Linear ``name`` for an FP8Linear; its weight GPTQ-rounded when a Hessian is given."""
-    model.set_submodule(name, fp8_layer(model.get_submodule(name), recipe, hessian))
+    set_layer(model, name, fp8_layer(model.get_submodule(name), recipe, hessian))
+
+
+def set_layer(model: nn.Module, name: str, layer: nn.Module) -> None:
+    """Puts `layer` wherever the module at `name` is (a linear shared by two
+    parents, e.g. nn.Sequential(lin, act, lin), appears under both names), so
+    they stay one module."""
+    old = model.get_submodule(name)
+    for path, module in list(model.named_modules(remove_duplicate=False)):
+        if module is old:
+            model.set_submodule(path, layer)
+
+
+def build_layer(name: str, make):
+    """make() (an FP8Linear for the linear `name`), its errors naming the layer."""
+    try:
+        return make()
+    except (ValueError, TypeError) as e:
+        raise type(e)(f"{name}: {e}") from e
+
+
+def swap_all(model: nn.Module, layers: dict) -> None:
+    """set_layer for every (name, layer), once all of them are built: a layer
+    that fails to build (a non-finite weight, GPTQ's checks) leaves the model
+    untouched rather than half converted."""
+    for name, layer in layers.items():
+        set_layer(model, name, layer)
 
 
 def _weight_rounding(weight_rounding, recipe, calibration) -> str:
@@ -188,6 +214,7 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
         summary.errors = choice.errors
         summary.fp8_flop_fraction = choice.fp8_flop_fraction
         summary.estimated_increase = choice.estimated_increase
+        layers = {}
         for name in targets:
             if all(math.isinf(e) for e in choice.errors[name].values()):
                 summary.skipped.append((name, "not exercised by the calibration batches"))
@@ -195,15 +222,14 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
                 summary.skipped.append((name, f"kept to stay within max_error={max_error}"))
             else:
                 layer = measured.get((name, choice.labels[name]))
-                if layer is None:
-                    replace_linear(model, name, choice.recipes[name])
-                else:
-                    model.set_submodule(name, layer)
+                layers[name] = layer if layer is not None else build_layer(
+                    name, lambda: fp8_layer(model.get_submodule(name), choice.recipes[name]))
                 summary.converted.append((name, choice.recipes[name]))
+        swap_all(model, layers)
         return summary
-    for name in targets:
-        replace_linear(model, name, recipe, hessians.get(name))
-        summary.converted.append((name, recipe))
+    swap_all(model, {name: build_layer(name, lambda: fp8_layer(model.get_submodule(name), recipe, hessians.get(name)))
+                     for name in targets})
+    summary.converted.extend((name, recipe) for name in targets)
     unreached = [name for name in targets if rounding == "gptq" and name not in hessians]
     if unreached:
         warnings.warn(f"weight_rounding='gptq': the calibration batches never reached {unreached}; "

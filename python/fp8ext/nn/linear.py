@@ -70,6 +70,12 @@ class FP8Linear(nn.Module):
     def _init_from(self, weight: torch.Tensor, bias, recipe: Recipe, dtype: torch.dtype) -> None:
         if not isinstance(recipe, Recipe):
             raise TypeError(f"recipe must be a fp8ext.recipes.Recipe, got {type(recipe).__name__}")
+        if dtype not in _native.INPUT_DTYPES:
+            raise TypeError(f"dtype (the bias and compute dtype) must be float32, float16 or bfloat16, got {dtype}")
+        if weight.device.type != "meta" and not bool(torch.isfinite(weight).all()):
+            # Quantizing would saturate them to +-448 * scale: a different layer, silently.
+            raise ValueError(f"the weight holds non-finite values ({int((~torch.isfinite(weight)).sum())} of "
+                             f"{weight.numel()}): a checkpoint or training problem to fix before quantizing")
         self.out_features, self.in_features = weight.shape
         self.recipe = recipe
         self._high_precision = False
@@ -97,6 +103,10 @@ class FP8Linear(nn.Module):
             raise ValueError(f"x must be [..., {self.in_features}], got shape {tuple(x.shape)}")
         lead = x.shape[:-1]
         x2 = x.reshape(math.prod(lead), self.in_features)
+        if x2.shape[0] == 0 and self.recipe.activation_mode == "delayed":
+            # No tokens (an MoE expert that got none): nothing to quantize, and an
+            # amax of 0 must not enter the history (it would reset the scale).
+            return x.new_zeros((*lead, self.out_features))
         if self._high_precision:
             return self._float_matmul(x2, self.bias, x.dtype).reshape(*lead, self.out_features)
         if torch.is_grad_enabled() and (x2.requires_grad or (self.bias is not None and self.bias.requires_grad)):
@@ -201,6 +211,10 @@ class FP8Linear(nn.Module):
         # float32 scales: they are hidden from nn.Module._apply, then get fn
         # itself when it keeps their dtype (device moves, share_memory_,
         # to_empty), else only the device fn moves to (read off an empty probe).
+        cast = fn(torch.empty(0)).dtype  # what fn makes of a float32 tensor (the bias)
+        if cast != torch.float32 and cast not in (torch.float16, torch.bfloat16, torch.float64):
+            raise TypeError(f"FP8Linear computes in float32, float16 or bfloat16 (its FP8 weight stays FP8): "
+                            f"cannot cast it to {cast}")
         hidden = {name: self._buffers[name] for name in _FP8_STATE if self._buffers.get(name) is not None}
         for name in hidden:
             self._buffers[name] = None
@@ -279,6 +293,12 @@ def _adapt_checkpoint(layer: FP8Linear, sd: dict, prefix: str) -> None:
                             f"{layer.weight.dtype} (recipe {layer.recipe})")
         if w.dim() == 2 and w.shape[1] == layer.in_features and w.shape[1] != layer.weight.shape[1]:
             sd[prefix + "weight"] = pad_cols(w, K_ALIGN)
+    history = sd.get(prefix + "amax_history")
+    if isinstance(history, torch.Tensor) and layer._buffers.get("amax_history") is not None:
+        ok = torch.isfinite(history) & (history >= 0)
+        if not bool(ok.all()):  # an inf amax would make every input quantize to 0 for the history's length
+            raise ValueError(f"{prefix}amax_history: every amax must be finite and >= 0 (the checkpoint holds "
+                             f"{history[~ok].flatten()[:4].tolist()})")
     for name in ("weight_scale", "input_scale"):
         t = sd.get(prefix + name)
         mine = layer._buffers.get(name)
