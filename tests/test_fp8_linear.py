@@ -497,3 +497,25 @@ def test_checkpoint_amax_history_must_be_finite_and_non_negative(bad):
     sd["amax_history"][0] = bad
     with pytest.raises(ValueError, match="amax_history: every amax must be finite and >= 0"):
         FP8Linear(20, 8, recipe=recipe).load_state_dict(sd)
+
+
+def test_checkpoint_weight_stored_padded_and_non_tensor_entries():
+    """A weight saved in the module's own padded layout loads if its K padding is zero
+    (-0 too) and is refused otherwise; a non-tensor entry is refused by key."""
+    layer = FP8Linear(20, 8, recipe=RowWise())
+    sd = layer.state_dict()
+    padded = torch.zeros(8, 32, dtype=torch.float8_e4m3fn)
+    padded[:, :20] = sd["weight"]
+    x = torch.randn(3, 20)
+    for pad_bits, ok in ((0x00, True), (0x80, True), (0x7F, False), (0x01, False)):
+        w = padded.clone()
+        w.view(torch.uint8)[:, 25] = pad_bits
+        twin = FP8Linear(20, 8, recipe=RowWise())
+        if ok:
+            twin.load_state_dict({**sd, "weight": w})
+            assert torch.equal(twin(x), layer(x))
+        else:
+            with pytest.raises(ValueError, match="columns past in_features=20 \\(K padding\\) must be zero"):
+                twin.load_state_dict({**sd, "weight": w})
+    with pytest.raises(TypeError, match="weight_scale: the checkpoint holds a str, not a tensor"):
+        FP8Linear(20, 8, recipe=RowWise()).load_state_dict({**sd, "weight_scale": "abc"})

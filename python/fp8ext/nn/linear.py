@@ -286,6 +286,10 @@ def _adapt_checkpoint(layer: FP8Linear, sd: dict, prefix: str) -> None:
     """Rewrites a layer's checkpoint entries in place into this module's layout."""
     if prefix + "weight_scale_inv" in sd and prefix + "weight_scale" not in sd:
         sd[prefix + "weight_scale"] = sd.pop(prefix + "weight_scale_inv")  # DeepSeek-V3: w = q * scale_inv
+    for name in ("weight", "weight_scale", "input_scale", "amax_history"):
+        if prefix + name in sd and not isinstance(sd[prefix + name], torch.Tensor):
+            raise TypeError(f"{prefix}{name}: the checkpoint holds a {type(sd[prefix + name]).__name__}, "
+                            "not a tensor")
     w = sd.get(prefix + "weight")
     if w is not None:
         if w.dtype != layer.weight.dtype:
@@ -293,6 +297,13 @@ def _adapt_checkpoint(layer: FP8Linear, sd: dict, prefix: str) -> None:
                             f"{layer.weight.dtype} (recipe {layer.recipe})")
         if w.dim() == 2 and w.shape[1] == layer.in_features and w.shape[1] != layer.weight.shape[1]:
             sd[prefix + "weight"] = pad_cols(w, K_ALIGN)
+        elif w.dim() == 2 and w.shape[1] == layer.weight.shape[1] > layer.in_features:
+            # Stored already padded (this module's own layout): the padding columns
+            # meet the activations' zero padding, so they must be zero (NaN would
+            # turn every output NaN, anything else a silent error).
+            if bool((w[:, layer.in_features:].view(torch.uint8) & 0x7F).any()):
+                raise ValueError(f"{prefix}weight: the columns past in_features={layer.in_features} (K padding) "
+                                 "must be zero")
     history = sd.get(prefix + "amax_history")
     if isinstance(history, torch.Tensor) and layer._buffers.get("amax_history") is not None:
         ok = torch.isfinite(history) & (history >= 0)
