@@ -93,7 +93,8 @@ def test_matches_hf_rope_then_write_bit_for_bit(device, dtype, cache_dtype, seed
 def test_non_finite_values_are_written_as_the_plain_write_writes_them(device, seed):
     qkv, positions, cos, sin, cache, slots = case(9, 4, 2, 64, torch.bfloat16, E4M3, seed, "cpu")
     qkv[0, 5], qkv[1, 4 * 64 + 3], qkv[2, 6 * 64 + 7] = float("nan"), float("inf"), float("-inf")  # q, K, V
-    slots[:3] = torch.tensor([0, 1, 2])
+    slots[:3] = torch.tensor([0, 1, 2])  # the non-finite tokens land
+    slots[3:][torch.isin(slots[3:], slots[:3])] = -1  # and no slot is given twice (which token lands is undefined)
     fused = to(cache, device)
     want_q = expected(qkv, positions, 4, cache, slots)
     q = fused.write_rotary(0, qkv.to(device), 4, cos.to(device), sin.to(device), slots.to(device))
