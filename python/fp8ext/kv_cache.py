@@ -30,7 +30,7 @@ from typing import Mapping, Sequence
 import torch
 
 from fp8ext.checks import check_positive_int
-from fp8ext.ops.kv_cache_reference import CACHE_DTYPES, CPU_CACHE_DTYPES, CUDA_HEAD_DIMS
+from fp8ext.ops.kv_cache_reference import CACHE_DTYPES, CPU_CACHE_DTYPES, CUDA_HEAD_DIMS, check_scale_values
 
 FP8_CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 # No split shorter than this many tokens (one round of the kernel's four warps
@@ -189,8 +189,7 @@ class PagedKVCache:
             t = t.expand(self.num_kv_heads).clone()
         if t.numel() != self.num_kv_heads:
             raise ValueError(f"{name} must hold one value or {self.num_kv_heads} (one per KV head), got {t.numel()}")
-        if not bool((torch.isfinite(t) & (t > 0)).all()):
-            raise ValueError(f"{name} must be finite and positive, got {t.tolist()}")
+        check_scale_values(t, name)
         return t
 
     # ---- pages ----------------------------------------------------------------

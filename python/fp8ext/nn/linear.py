@@ -212,7 +212,7 @@ class FP8Linear(nn.Module):
         # itself when it keeps their dtype (device moves, share_memory_,
         # to_empty), else only the device fn moves to (read off an empty probe).
         cast = fn(torch.empty(0)).dtype  # what fn makes of a float32 tensor (the bias)
-        if cast != torch.float32 and cast not in (torch.float16, torch.bfloat16, torch.float64):
+        if cast not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
             raise TypeError(f"FP8Linear computes in float32, float16 or bfloat16 (its FP8 weight stays FP8): "
                             f"cannot cast it to {cast}")
         hidden = {name: self._buffers[name] for name in _FP8_STATE if self._buffers.get(name) is not None}

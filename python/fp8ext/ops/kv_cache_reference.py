@@ -65,6 +65,11 @@ def check_scale(s, name: str, num_kv_heads: int, device) -> None:
         raise ValueError(f"{name} must hold one value or one per KV head ([{num_kv_heads}]), got {tuple(s.shape)}")
     if s.device != device:
         raise ValueError(f"{name} must be on {device}, got {s.device}")
+    check_scale_values(s, name)
+
+
+def check_scale_values(s: torch.Tensor, name: str) -> None:
+    """Scales must be finite and > 0 (reads them: a host sync on a GPU)."""
     if not bool((torch.isfinite(s) & (s > 0)).all()):
         raise ValueError(f"{name} must be finite and positive, got {s.tolist()}")
 
