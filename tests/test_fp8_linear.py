@@ -185,6 +185,25 @@ def test_convert_include_exclude_and_tied_weights():
     assert ("lm_head", "weight tied to an embedding") in s.skipped
     s = convert(TinyLM(), keep_lm_head=False)
     assert "lm_head" in [n for n, _ in s.converted]
+    with pytest.warns(UserWarning, match="matches no nn.Linear"):
+        s = convert(TinyLM(), include=[])  # an empty allow-list converts nothing
+    assert s.converted == [] and ("blocks.0.up", "not included") in s.skipped
+
+
+def test_convert_lists_the_linear_subclasses_it_keeps():
+    class LoRALinear(nn.Linear):  # a subclass with its own forward: converting it would drop the adapter
+        pass
+
+    model = TinyLM()
+    model.blocks[0]["up"] = LoRALinear(32, 64)
+    mha = nn.MultiheadAttention(32, 4)  # its out_proj is NonDynamicallyQuantizableLinear
+    model.add_module("attn", mha)
+    s = convert(model, RowWise())
+    assert type(model.blocks[0]["up"]) is LoRALinear and type(mha.out_proj) is not FP8Linear
+    reasons = dict(s.skipped)
+    assert reasons["blocks.0.up"] == "LoRALinear subclasses nn.Linear (its forward may differ)"
+    assert "NonDynamicallyQuantizableLinear" in reasons["attn.out_proj"]
+    assert [n for n, _ in s.converted] == ["blocks.0.down", "blocks.1.up", "blocks.1.down"]
 
 
 def test_convert_static_warns_until_calibrated():

@@ -81,11 +81,15 @@ def select_linears(model: nn.Module, include=None, exclude=None, keep_lm_head: b
     """(targets, skipped): the names of the nn.Linear modules convert() would replace,
     and (name, reason) for the ones it keeps in high precision."""
     include_l, exclude_l = _as_list(include, "include"), _as_list(exclude, "exclude")
+    limited = include is not None  # include=[] converts nothing, as an empty allow-list says
     tied = _tied_to_embedding(model)
     head = _output_embeddings(model)
     targets, skipped = [], []
     for name, module in model.named_modules():
-        if type(module) is not nn.Linear:  # subclasses may carry their own forward
+        if not isinstance(module, nn.Linear):
+            continue
+        if type(module) is not nn.Linear:  # a subclass may carry its own forward: kept, and said so
+            skipped.append((name, f"{type(module).__name__} subclasses nn.Linear (its forward may differ)"))
             continue
         if name == "":
             raise ValueError("model is itself an nn.Linear: convert replaces submodules; use "
@@ -94,7 +98,7 @@ def select_linears(model: nn.Module, include=None, exclude=None, keep_lm_head: b
             skipped.append((name, "LM head (high precision by default)"))
         elif id(module.weight) in tied:
             skipped.append((name, "weight tied to an embedding"))
-        elif include_l and not _matches(include_l, name, module):
+        elif limited and not _matches(include_l, name, module):
             skipped.append((name, "not included"))
         elif _matches(exclude_l, name, module):
             skipped.append((name, "excluded"))
@@ -102,7 +106,7 @@ def select_linears(model: nn.Module, include=None, exclude=None, keep_lm_head: b
             skipped.append((name, f"weight is {module.weight.dtype} (FP8Linear takes float32, float16, bfloat16)"))
         else:
             targets.append(name)
-    if include_l and not any(_matches(include_l, n, m) for n, m in model.named_modules() if type(m) is nn.Linear):
+    if limited and not any(_matches(include_l, n, m) for n, m in model.named_modules() if type(m) is nn.Linear):
         warnings.warn(f"include={include!r} matches no nn.Linear of the model: nothing is converted", stacklevel=3)
     return targets, skipped
 
@@ -157,8 +161,9 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
     linears and stay as they are; the LM head (names matching
     ``LM_HEAD_NAMES`` or returned by a Hugging Face model's
     ``get_output_embeddings()``) and any linear tied to an embedding's weight are kept
-    too. ``include`` (if given) limits conversion to matching layers;
-    ``exclude`` keeps matching layers. Each is a name pattern (fnmatch on the
+    too, and so are subclasses of ``nn.Linear`` (their forward may differ, e.g. an
+    adapter), each listed in the summary. ``include`` (if given) limits conversion
+    to matching layers (an empty list converts none); ``exclude`` keeps matching layers. Each is a name pattern (fnmatch on the
     qualified module name, e.g. ``"model.layers.0.*"``), a predicate
     ``(name, module) -> bool``, or a list of them.
 
