@@ -92,3 +92,19 @@ def test_auto_measures_tuple_and_dict_batches_alike_in_eval_mode():
     assert model.training and e_tuple == e_dict
     s = fp8ext.convert(model, "auto", calibration=[(i, 2.0) for i in ids], max_error=1.0)
     assert [n for n, _ in s.converted] == ["up", "down"] and s.weight_rounding == "gptq"
+
+
+def test_one_batch_given_instead_of_a_collection_is_refused():
+    """Iterating a tensor would feed its rows as batches, and a dict (a
+    tokenizer's BatchEncoding) its key names: each pass refuses them by name."""
+    model, ids = model_and_ids()
+    fp8ext.convert(model, PerTensorStatic())
+    for one in (ids[0], {"input_ids": ids[0]}, UserDict(input_ids=ids[0])):
+        with pytest.raises(TypeError, match=r"batches must be an iterable of batches .*pass \[batch\]"):
+            fp8ext.calibrate(model, one, progress=False)
+        with pytest.raises(TypeError, match="batches must be an iterable"):
+            input_hessians(model, ["up"], one)
+        with pytest.raises(TypeError, match="calibration must be an iterable"):
+            fp8ext.convert(copy.deepcopy(model_and_ids()[0]), "auto", calibration=one)
+    fp8ext.calibrate(model, [ids[0]], progress=False)  # the same batch in a list is fine
+    assert model.up.input_scale.item() != 1.0

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fp8ext.nn.batches import batch_tokens, eval_mode, is_token_batch, run_model
+from fp8ext.nn.batches import batch_tokens, check_batches, eval_mode, is_token_batch, run_model
 from fp8ext.nn.gptq import fp8_layer
 from fp8ext.recipes import BlockWise, CurrentScaling, Recipe, RowWise
 
@@ -114,7 +114,7 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
     try:
         for p in params:  # so that the layers' outputs are part of a graph
             p.requires_grad_(True)
-        for batch in batches:
+        for batch in check_batches(batches):
             captured = {}
             handles = [model.get_submodule(n).register_forward_hook(
                 lambda _m, args, out, n=n: captured.__setitem__(n, (args[0].detach(), out))) for n in names]

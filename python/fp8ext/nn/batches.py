@@ -22,6 +22,16 @@ def run_model(model: nn.Module, batch):
     return model(batch)
 
 
+def check_batches(batches, what: str = "batches"):
+    """``batches`` as given, unless it is one batch rather than a collection of
+    them: iterating a tensor would feed its rows one by one, and a dict (a
+    tokenizer's ``BatchEncoding``) its key names."""
+    if isinstance(batches, (torch.Tensor, Mapping)):
+        raise TypeError(f"{what} must be an iterable of batches (a list, a generator, a DataLoader), got one "
+                        f"{type(batches).__name__}: pass [batch] for a single batch")
+    return batches
+
+
 def batch_tokens(batch):
     """The token ids of a batch: ``batch["input_ids"]``, the first positional
     argument, or the batch itself."""

@@ -14,7 +14,7 @@ from torch import nn
 
 from fp8ext.checks import check_positive_int
 from fp8ext.formats import E4M3, FP8Format, get_format
-from fp8ext.nn.batches import eval_mode, run_model
+from fp8ext.nn.batches import check_batches, eval_mode, run_model
 from fp8ext.nn.linear import FP8Linear
 from fp8ext.ops.reference import amax_finite, scale_from_amax
 from fp8ext.recipes import check_margin
@@ -95,6 +95,7 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_margin(margin)
+    check_batches(batches)
     result = CalibrationResult()
     hd = _head_dim(model, head_dim)
     fp8_layers = {name: m for name, m in model.named_modules() if isinstance(m, FP8Linear)}

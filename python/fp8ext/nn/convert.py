@@ -10,6 +10,7 @@ from typing import Callable, Iterable, Union
 from torch import nn
 
 from fp8ext import _native
+from fp8ext.nn.batches import check_batches
 from fp8ext.nn.gptq import fp8_layer, input_hessians
 from fp8ext.recipes import CurrentScaling, Recipe
 
@@ -144,6 +145,8 @@ def _weight_rounding(weight_rounding, recipe, calibration) -> str:
     rounding = weight_rounding if weight_rounding is not None else ("gptq" if recipe == "auto" else "nearest")
     if rounding not in WEIGHT_ROUNDINGS:
         raise ValueError(f"weight_rounding must be one of {WEIGHT_ROUNDINGS} or None, got {weight_rounding!r}")
+    if calibration is not None:
+        check_batches(calibration, "calibration")
     if rounding == "gptq" and calibration is None:
         raise ValueError("recipe='auto' needs calibration batches (calibration=...)" if recipe == "auto" else
                          "weight_rounding='gptq' needs calibration batches (calibration=...)")

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from fp8ext import quantize as quantize_api
-from fp8ext.nn.batches import eval_mode, run_model
+from fp8ext.nn.batches import check_batches, eval_mode, run_model
 from fp8ext.nn.linear import FP8Linear
 from fp8ext.ops.reference import saturating_cast
 
@@ -63,7 +63,7 @@ def input_hessians(model: nn.Module, names: list, batches: Iterable, device=None
         lambda _m, args, kwargs, n=n: accumulate(n, args, kwargs), with_kwargs=True) for n in names]
     try:
         with torch.no_grad(), eval_mode(model):
-            for batch in batches:
+            for batch in check_batches(batches):
                 run_model(model, batch)
     finally:
         for h in handles:
