@@ -22,8 +22,8 @@ import torch
 
 from fp8ext import evaluation
 from fp8ext.nn.auto import DEFAULT_CANDIDATES, choose_from_errors, measure_errors
-from fp8ext.nn.convert import WEIGHT_ROUNDINGS, select_linears, set_layer
-from fp8ext.nn.gptq import fp8_layer, input_hessians
+from fp8ext.nn.convert import WEIGHT_ROUNDINGS, replace_linear, select_linears
+from fp8ext.nn.gptq import input_hessians
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import print_table, write_results  # noqa: E402
@@ -59,7 +59,7 @@ def main():
         m = copy.deepcopy(model)
         for name, recipe in choice.recipes.items():
             if recipe is not None:
-                set_layer(m, name, fp8_layer(m.get_submodule(name), recipe, hessians.get(name)))
+                replace_linear(m, name, recipe, hessians.get(name))
         p = evaluation.perplexity(m, evaluate)
         p_held_out = evaluation.perplexity(m, held_out)
         counts = {label: sum(1 for n in names if choice.labels[n] == label) for label, _ in DEFAULT_CANDIDATES}

@@ -21,8 +21,8 @@ import torch
 
 import fp8ext
 from fp8ext import evaluation
-from fp8ext.nn.convert import select_linears, set_layer
-from fp8ext.nn.gptq import fp8_layer, input_hessians
+from fp8ext.nn.convert import replace_linear, select_linears
+from fp8ext.nn.gptq import input_hessians
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import print_table, write_results  # noqa: E402
@@ -56,8 +56,7 @@ def main():
     for name, recipe, rounding in runs:
         m = copy.deepcopy(model)
         for layer in select_linears(m)[0]:
-            set_layer(m, layer, fp8_layer(m.get_submodule(layer), recipe,
-                                            hessians[layer] if rounding == "gptq" else None))
+            replace_linear(m, layer, recipe, hessians[layer] if rounding == "gptq" else None)
         t0 = time.time()
         p = evaluation.perplexity(m, windows)
         rows.append({"op": "perplexity", "model": "SmolLM2-135M-Instruct", "recipe": name, "tokens": windows.numel(),

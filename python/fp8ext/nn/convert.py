@@ -115,6 +115,13 @@ def select_linears(model: nn.Module, include=None, exclude=None, keep_lm_head: b
 WEIGHT_ROUNDINGS = ("nearest", "gptq")
 
 
+def replace_linear(model: nn.Module, name: str, recipe: Recipe, hessian=None) -> None:
+    """Swaps the nn.Linear ``name`` for an FP8Linear (its weight GPTQ-rounded when a
+    Hessian is given) at once: the eval scripts' layer-by-layer swap, where convert
+    builds every layer first."""
+    set_layer(model, name, fp8_layer(model.get_submodule(name), recipe, hessian))
+
+
 def set_layer(model: nn.Module, name: str, layer: nn.Module) -> None:
     """Puts `layer` wherever the module at `name` is (a linear shared by two
     parents, e.g. nn.Sequential(lin, act, lin), appears under both names), so
