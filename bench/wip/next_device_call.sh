@@ -49,15 +49,16 @@ fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu0.txt
 # The timings first, on a quiet machine (the build below runs 16 compilers), the versions shuffled.
 # "lean" (when device time is short) skips the row-kernel A/Bs: the chain A/B and the whole suite only.
-if [ "${2:-main}" = main ]; then
-  bash scripts/device/ab_rows.sh $OUT rms build/tl/rms_old build/tl/rms_main build/tl/rms_pk || echo "rms A/B: FAILED"
-  bash scripts/device/ab_rows.sh $OUT silu build/tl/silu_old build/tl/silu_main build/tl/silu_pk || echo "silu A/B: FAILED"
-fi
+# The chain A/B (issue 3's open question, ~1 min) goes first, in case the machine is taken back mid-call.
 for r in 1 2 3; do for b in $(shuf -e build/tl/chain_main build/tl/chain_pk); do
   $b 3 > $OUT/chain_run.txt 2>&1 || echo "FAILED: $(basename $b) round $r: $(grep -v ' us a call' $OUT/chain_run.txt)"
   sed "s/^/$r $(basename $b) /" $OUT/chain_run.txt
 done; done > $OUT/ab_chain.txt
 grep FAILED $OUT/ab_chain.txt
+if [ "${2:-main}" = main ]; then
+  bash scripts/device/ab_rows.sh $OUT rms build/tl/rms_old build/tl/rms_main build/tl/rms_pk || echo "rms A/B: FAILED"
+  bash scripts/device/ab_rows.sh $OUT silu build/tl/silu_old build/tl/silu_main build/tl/silu_pk || echo "silu A/B: FAILED"
+fi
 python3 scripts/device/ab_summary.py $OUT/ab_chain.txt --baseline chain_main | tail -7
 if [ "${2:-main}" = main ]; then
   python3 scripts/device/ab_summary.py $OUT/ab_rms.txt --baseline rms_main | tail -10
