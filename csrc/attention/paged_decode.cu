@@ -479,17 +479,14 @@ inline bool decode_pipeline_enabled() {
 template <typename Q, CacheDType C>
 cudaError_t launch_pipelined(dim3 grid, cudaStream_t stream, const DecodeArgs& a) {
   constexpr auto kernel = decode_kernel<Q, C, 128, true>;
-  constexpr int kMaxDevices = 64;
-  thread_local bool opted_in[kMaxDevices] = {};  // one array per (Q, C): a template's own static
-  const int device = current_device_info().device;
-  if (device >= kMaxDevices || !opted_in[device]) {
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(kPipelineSmemBytes));
-    if (err == cudaSuccess)
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    if (err != cudaSuccess) return err;
-    if (device < kMaxDevices) opted_in[device] = true;
-  }
+  const cudaError_t err = set_attributes_once<std::integral_constant<decltype(kernel), kernel>>([] {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kPipelineSmemBytes));
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    return e;
+  });
+  if (err != cudaSuccess) return err;
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;

@@ -118,13 +118,25 @@ bool raster_sweeps_past_l2(int64_t m, int64_t n, int64_t k) {
 }
 
 // Checks, initializes and launches a CUTLASS device GEMM (with PDL when on).
+// What the adapter's initialize() does, but with the kernel's shared-memory
+// opt-in made once per device instead of at every launch.
 template <class Gemm>
 cudaError_t run_gemm(const typename Gemm::Arguments& args, void* workspace, cudaStream_t stream) {
+  using Kernel = typename Gemm::GemmKernel;
   Gemm gemm;
   cutlass::Status status = gemm.can_implement(args);
   if (status != cutlass::Status::kSuccess) return refusal(status);
-  status = gemm.initialize(args, workspace, stream);
+  status = Kernel::initialize_workspace(args, workspace, stream);
   if (status != cutlass::Status::kSuccess) return refusal(status);
+  status = gemm.update(args, workspace);
+  if (status != cutlass::Status::kSuccess) return refusal(status);
+  if constexpr (Kernel::SharedStorageSize >= (48 << 10)) {
+    const cudaError_t err = set_attributes_once<Kernel>([] {
+      return cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(Kernel::SharedStorageSize));
+    });
+    if (err != cudaSuccess) return err;
+  }
   return launch_result(gemm.run(stream, nullptr, pdl_enabled()));
 }
 

@@ -91,6 +91,22 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
+// Runs `set` (a cudaFuncSetAttribute call or two) once per Kernel, device and
+// host thread, and again only if it failed: function attributes last for the
+// context, and setting them before every launch costs a driver call each time
+// (CUTLASS's adapter does that in initialize()). Kernel is a type naming the kernel.
+template <class Kernel, class Set>
+cudaError_t set_attributes_once(Set&& set) {
+  constexpr int kMaxDevices = 64;
+  thread_local bool done[kMaxDevices] = {};
+  const int device = current_device_info().device;
+  if (device < kMaxDevices && done[device]) return cudaSuccess;
+  const cudaError_t err = set();
+  if (err != cudaSuccess) (void)cudaGetLastError();  // returned, not left for the next launch check
+  else if (device < kMaxDevices) done[device] = true;
+  return err;
+}
+
 #ifdef __CUDACC__
 // Returns once the kernels before this one in the stream have completed and
 // their memory is visible (a no-op when launched without PDL).
