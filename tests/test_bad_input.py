@@ -151,3 +151,101 @@ def test_small_api_arguments_are_checked_by_name():
         plan_splits(1, 8, 4096, num_sms=0)
     with pytest.raises(TypeError, match=r"scales\[0\]\['k_scale'\] must be a float"):
         PagedKVCache(1, 2, 64, 8, 16, torch.bfloat16, scales=[{"k_scale": "a", "v_scale": 1.0}])
+
+
+# ---- review helper-22 (session 41): each case below was accepted or crashed before ----
+
+def test_a_scaling_state_scale_on_the_host_must_be_finite_and_positive():
+    # A zero scale turned finite zeros into NaN (0/0) on the next static or delayed call.
+    for bad in (0.0, -0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="scale must be finite and > 0"):
+            ScalingState(torch.zeros(4), torch.tensor(bad))
+
+
+def test_scaling_state_factories_check_their_arguments():
+    for bad in ("0.5", None, True):
+        with pytest.raises(TypeError, match="scale must be a float or a tensor"):
+            ScalingState.from_scale(bad)
+    with pytest.raises(TypeError, match="recipe must be a fp8ext.recipes.Recipe"):
+        ScalingState.create("x")
+    st = ScalingState.from_scale(0.5, device="meta")  # checked on the host, placed on meta
+    assert st.scale.device.type == "meta"
+
+
+def test_delayed_state_history_must_match_the_recipe():
+    # A longer history would keep an old large amax past the recipe's window.
+    with pytest.raises(ValueError, match="amax_history holds 1024 values but the recipe's amax_history_len is 2"):
+        quantize(torch.ones(2, 8), DelayedScaling(amax_history_len=2), state=ScalingState.create(history_len=1024))
+
+
+def test_inputs_that_require_grad_are_refused_while_grad_is_on():
+    from fp8ext import scaled_mm
+    x = torch.randn(4, 32, requires_grad=True)
+    with pytest.raises(RuntimeError, match="fp8ext.quantize has no backward"):
+        quantize(x, RowWise())
+    with torch.no_grad():
+        quantize(x, RowWise())
+    a = torch.ones(2, 16).to(F8)
+    with pytest.raises(RuntimeError, match="fp8ext.scaled_mm has no backward"):
+        scaled_mm(a, a, torch.ones((), requires_grad=True), torch.ones(()))
+
+
+def test_pad_k_to_is_bounded():
+    # 2**63 - 1 rounded K up past int64 to 0 columns, and the kernel wrote past its buffer (a segfault).
+    with pytest.raises(ValueError, match="pad_k_to must be at most"):
+        quantize(torch.randn(3, 20), CurrentScaling(), pad_k_to=2**63 - 1)
+    with pytest.raises(ValueError, match="pad_k_to must be in"):
+        torch.ops.fp8ext.quantize_per_tensor(torch.randn(3, 20), F8, 0, False, 2**62)
+
+
+def test_non_bool_flags_are_refused():
+    from fp8ext import formats, scaled_mm
+    with pytest.raises(TypeError, match="saturate must be a bool"):
+        formats.cast(torch.tensor([1.0, 500.0]), saturate=None)  # was [1, nan]
+    a = torch.ones(2, 16).to(F8)
+    one = torch.ones(())
+    with pytest.raises(TypeError, match="use_fast_accum must be a bool"):
+        scaled_mm(a, a, one, one, use_fast_accum="no")
+    with pytest.raises(TypeError, match="out_dtype must be a torch.dtype"):
+        scaled_mm(a, a, one, one, out_dtype=5)  # was read as a dtype code (float16)
+    with pytest.raises(TypeError, match="out_dtype must be a torch.dtype"):
+        scaled_mm(a, a, one, one, out_dtype="bfloat16")
+    with pytest.raises(TypeError, match="config must be a str"):
+        scaled_mm(a, a, one, one, config=[1])
+
+
+def test_block_scale_errors_name_the_scale_that_does_not_fit():
+    from fp8ext import scaled_mm
+    m, n, k = 5, 300, 300
+    a, b = torch.ones(m, k).to(F8), torch.ones(n, k).to(F8)
+    group_a = torch.ones(m, 3)
+    with pytest.raises(ValueError, match=r"scale_b must be one value per 128x128 block of b: \[3, 3\]"):
+        scaled_mm(a, b, group_a, torch.ones(3, 4))
+    with pytest.raises(ValueError, match=r"scale_b must be one value per 128x128 block of b: \[3, 3\]"):
+        scaled_mm(a, b, group_a, torch.ones(n))
+
+
+def test_meta_tensors_get_the_real_ops_checks():
+    from fp8ext import scaled_mm
+    a = torch.empty(4, 32, dtype=F8, device="meta")
+    one = torch.ones((), device="meta")
+    with pytest.raises(ValueError, match="a and b must share K"):
+        scaled_mm(a, torch.empty(8, 48, dtype=F8, device="meta"), one, one)
+    with pytest.raises(ValueError, match="scale_a must hold one value"):
+        scaled_mm(a, torch.empty(8, 32, dtype=F8, device="meta"), torch.ones(5, device="meta"), one)
+    with pytest.raises(TypeError, match="out_dtype must be bfloat16"):
+        scaled_mm(a, torch.empty(8, 32, dtype=F8, device="meta"), one, one, out_dtype=torch.int32)
+    with pytest.raises(ValueError, match="scale_a must be one value per 1x128 group"):
+        scaled_mm(torch.empty(4, 300, dtype=F8, device="meta"), torch.empty(300, 300, dtype=F8, device="meta"),
+                  torch.ones(4, 2, device="meta"), torch.ones(3, 3, device="meta"))
+
+
+def test_a_nan_in_a_user_written_history_is_skipped_as_the_kernels_skip_it():
+    from fp8ext.ops import reference
+    x = torch.full((2, 8), 2.0)
+    native_hist, ref_hist = torch.tensor([float("nan"), 7.0, 1.0]), torch.tensor([float("nan"), 7.0, 1.0])
+    native_scale, ref_scale = torch.ones(()), torch.ones(())
+    torch.ops.fp8ext.quantize_delayed(x, native_hist, native_scale, F8, 0, False, True, 0)
+    reference.quantize_delayed(x, ref_hist, ref_scale, F8, 0, False, True, 0)
+    # History after the roll: [2, nan, 7]: its max skipping NaN is 7 (the reference's max gave NaN, so scale 1).
+    assert native_scale.item() == ref_scale.item() == pytest.approx(7.0 / 448)

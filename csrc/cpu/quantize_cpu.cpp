@@ -1,6 +1,7 @@
 // CPU reference implementations of every quantization recipe. They define the
 // numerics (see fp8ext/scaling.h) that the CUDA kernels must match bit for bit.
 #include <algorithm>
+#include <cmath>
 
 #include "element_cpu.h"
 #include "fp8ext/quantize.h"
@@ -75,8 +76,12 @@ void quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool use_hist
   if (history_len <= 0) return;
   std::copy_backward(amax_history, amax_history + history_len - 1, amax_history + history_len);
   amax_history[0] = amax_finite(x);
-  const float amax = use_history_max ? *std::max_element(amax_history, amax_history + history_len)
-                                     : amax_history[0];
+  // As the CUDA kernel: a max from 0 that skips NaN (fmax), whatever a caller wrote into the history.
+  float amax = amax_history[0];
+  if (use_history_max) {
+    amax = 0.0f;
+    for (int64_t i = 0; i < history_len; ++i) amax = std::fmax(amax, amax_history[i]);
+  }
   *scale = scale_from_amax(amax, rule);
 }
 

@@ -38,8 +38,13 @@ inline ConstMatrix input_matrix(const at::Tensor& x, const char* name) {
   return ConstMatrix{x.data_ptr(), dt, x.size(0), x.size(1), x.size(0) <= 1 ? x.size(1) : x.stride(0)};
 }
 
+// pad_k_to is an alignment; the bound (python/fp8ext/quantize.py's MAX_PAD_K_TO)
+// keeps cols rounded up to it far from int64 overflow.
+inline constexpr int64_t kMaxPadKTo = int64_t{1} << 20;
+
 inline int64_t padded_cols(int64_t cols, int64_t pad_k_to) {
-  TORCH_CHECK_VALUE(pad_k_to >= 0, "pad_k_to must be >= 0 (0 or 1: no padding), got ", pad_k_to);
+  TORCH_CHECK_VALUE(pad_k_to >= 0 && pad_k_to <= kMaxPadKTo, "pad_k_to must be in [0, ", kMaxPadKTo,
+                    "] (0 or 1: no padding), got ", pad_k_to);
   return pad_k_to > 1 ? round_up(cols, pad_k_to) : cols;
 }
 

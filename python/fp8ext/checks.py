@@ -2,6 +2,8 @@
 names a bad argument the same way."""
 from __future__ import annotations
 
+import torch
+
 
 def check_positive_int(name: str, value, note: str = "") -> int:
     """Returns value if it is an int >= 1 (a bool is refused); raises ValueError naming `name` otherwise.
@@ -9,3 +11,13 @@ def check_positive_int(name: str, value, note: str = "") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int{note}, got {value!r}")
     return value
+
+
+def refuse_grad(what: str, *tensors) -> None:
+    """Raises RuntimeError when grad mode is on and one of `tensors` requires
+    grad: the FP8 ops have no backward, so their outputs would silently give no
+    gradient (FP8Linear has its own straight-through backward and calls them
+    under no_grad)."""
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+        raise RuntimeError(f"{what} has no backward (its FP8 output is not differentiable): call it under "
+                           "torch.no_grad() or torch.inference_mode(), or with tensors that do not require grad")

@@ -104,5 +104,7 @@ def cast(x: torch.Tensor, fmt=E4M3, saturate: bool = True) -> torch.Tensor:
 
     f = get_format(fmt)
     _native.check_input(x, "x")
+    if not isinstance(saturate, bool):  # the op's schema would take None as False (overflow to NaN)
+        raise TypeError(f"saturate must be a bool, got {type(saturate).__name__}")
     flat = as_kernel_matrix(x.reshape(math.prod(x.shape[:-1]), x.shape[-1]) if x.dim() >= 1 else x.reshape(1, 1))
     return torch.ops.fp8ext.cast_to_fp8(flat, f.torch_dtype, saturate).reshape(x.shape)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from fp8ext import _native
+from fp8ext.checks import refuse_grad
 from fp8ext.ops import gemm_reference
 from fp8ext.ops.gemm_reference import BLOCKWISE_CONFIGS, CONFIGS, is_blockwise
 
@@ -76,14 +77,16 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     another layout than M-major with a column stride that is a multiple of 4
     are copied into it (a pass over M x K/128 floats).
     """
-    if is_blockwise(a, b, scale_a, scale_b):
+    _check_options(out_dtype, config, use_fast_accum)
+    refuse_grad("fp8ext.scaled_mm", a, b, scale_a, scale_b, bias)
+    if is_blockwise(a, b, scale_a, scale_b) or _has_group_scales(scale_a):
         return _scaled_mm_blockwise(a, b, scale_a, scale_b, out_dtype, bias, config)
     if config not in CONFIGS:
         raise ValueError(f"config must be one of {sorted(CONFIGS)}, got {config!r}")
     cfg = CONFIGS[config]
     if _needs_reference(a):
         return gemm_reference.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, cfg, use_fast_accum)
-    return torch.ops.fp8ext.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, cfg, bool(use_fast_accum))
+    return torch.ops.fp8ext.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, cfg, use_fast_accum)
 
 
 def _scaled_mm_blockwise(a, b, scale_a, scale_b, out_dtype, bias, config: str) -> torch.Tensor:
@@ -93,6 +96,25 @@ def _scaled_mm_blockwise(a, b, scale_a, scale_b, out_dtype, bias, config: str) -
     if _needs_reference(a):
         return gemm_reference.scaled_mm_blockwise(a, b, scale_a, scale_b, bias, out_dtype, cfg)
     return torch.ops.fp8ext.scaled_mm_blockwise(a, b, scale_a, scale_b, bias, out_dtype, cfg)
+
+
+def _check_options(out_dtype, config, use_fast_accum) -> None:
+    """The non-tensor arguments, checked before the op's schema coerces them
+    (an int out_dtype would pass as a dtype code, None as False)."""
+    if not isinstance(out_dtype, torch.dtype):
+        raise TypeError(f"out_dtype must be a torch.dtype (bfloat16, float16 or float32), got {out_dtype!r}")
+    if not isinstance(config, str):
+        raise TypeError(f"config must be a str (\"auto\" or a name in CONFIGS), got {type(config).__name__}")
+    if not isinstance(use_fast_accum, bool):
+        raise TypeError(f"use_fast_accum must be a bool, got {type(use_fast_accum).__name__}")
+
+
+def _has_group_scales(scale_a) -> bool:
+    """scale_a of a shape only 1x128 group scales have (2-D, no dimension of 1):
+    such a call goes to the block-wise checks, whose errors name the scale that
+    does not fit (scale_b, most often), rather than calling scale_a a bad
+    per-token scale."""
+    return isinstance(scale_a, torch.Tensor) and scale_a.dim() == 2 and min(scale_a.shape) > 1
 
 
 def _needs_reference(a) -> bool:

@@ -7,7 +7,7 @@ import numbers
 import torch
 
 from fp8ext import _native
-from fp8ext.checks import check_positive_int
+from fp8ext.checks import check_positive_int, refuse_grad
 from fp8ext.ops.reference import GROUP
 from fp8ext.recipes import Recipe
 from fp8ext.scaling_state import ScalingState
@@ -16,10 +16,18 @@ ROLES = ("activation", "weight")
 GRANULARITIES = ("per_tensor", "per_row", "group", "block")
 
 
+# pad_k_to is an alignment (16 for the GEMMs, 128 for groups): a bound keeps
+# K rounded up to it far from int64 overflow (2**63 - 1 made 0 columns).
+MAX_PAD_K_TO = 1 << 20
+
+
 def _check_pad(pad_k_to) -> int:
     if pad_k_to is None:
         return 0
-    return check_positive_int("pad_k_to", pad_k_to, " or None")
+    check_positive_int("pad_k_to", pad_k_to, " or None")
+    if pad_k_to > MAX_PAD_K_TO:
+        raise ValueError(f"pad_k_to must be at most {MAX_PAD_K_TO} (an alignment, like 16 or 128), got {pad_k_to}")
+    return pad_k_to
 
 
 def _check_state(state, recipe: Recipe, x: torch.Tensor) -> ScalingState:
@@ -30,6 +38,10 @@ def _check_state(state, recipe: Recipe, x: torch.Tensor) -> ScalingState:
         raise TypeError(f"state must be a fp8ext.ScalingState, got {type(state).__name__}")
     if state.device != x.device:
         raise ValueError(f"state is on {state.device} but x is on {x.device}")
+    history = state.amax_history.numel()
+    if recipe.activation_mode == "delayed" and history != recipe.amax_history_len:
+        raise ValueError(f"state's amax_history holds {history} values but the recipe's amax_history_len is "
+                         f"{recipe.amax_history_len}: create it with ScalingState.create(recipe)")
     return state
 
 
@@ -43,13 +55,16 @@ def quantize(x: torch.Tensor, recipe: Recipe, role: str = "activation", state: S
         recipe: a :class:`fp8ext.recipes.Recipe`.
         role: "activation" or "weight".
         state: the :class:`ScalingState` of delayed / static activation scaling
-            (delayed scaling updates it in place, on the device).
+            (delayed scaling updates it in place, on the device); the other
+            recipes and role="weight" ignore it, so generic code may pass one always.
         pad_k_to: if set, ``q``'s last dim is rounded up to a multiple of it and
             zero-filled (scales still describe the logical K).
 
     Returns:
         ``(q, scale)``: ``q`` of the recipe's FP8 dtype with x's shape (last dim
-        padded); ``scale`` float32 dequantization scales (x ~= q * scale):
+        padded); ``scale`` float32 dequantization scales (x ~= q * scale; with
+        static scaling it is ``state.scale`` itself, not a copy, so no kernel
+        runs for it: clone it to keep it past a change of the state):
         per-tensor 0-d; per-token / per-channel [M] / [N]; 1x128 groups logical
         [M, ceil(K/128)] stored M-major (stride (1, round_up(M, 4))); 128x128
         blocks [ceil(N/128), ceil(K/128)] row-major.
@@ -59,6 +74,7 @@ def quantize(x: torch.Tensor, recipe: Recipe, role: str = "activation", state: S
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
     _native.check_input(x, "x")
+    refuse_grad("fp8ext.quantize", x)
     pad = _check_pad(pad_k_to)
     if role == "weight":
         if x.dim() != 2:
@@ -110,9 +126,7 @@ def _check_fused_inputs(what: str, x: torch.Tensor, **others) -> None:
             raise TypeError(f"{what}: {name} must be a torch.Tensor, got {type(t).__name__}")
         if t.device != x.device:
             raise ValueError(f"{what}: {name} must be on x's device {x.device}, got {t.device}")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, *others.values())):
-        raise RuntimeError(f"{what} has no backward (its FP8 output is not differentiable): call it under "
-                           "torch.no_grad() or torch.inference_mode(), or with tensors that do not require grad")
+    refuse_grad(what, x, *others.values())
 
 
 def _check_eps(what: str, eps) -> float:

@@ -2,11 +2,19 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
 from fp8ext.checks import check_positive_int
 from fp8ext.recipes import Recipe
+
+
+def _check_scale_value(value: float) -> None:
+    """A dequantization scale read on the host: finite and > 0 (0 turns zeros
+    into NaN (0/0) and everything else into +-max; inf quantizes to 0)."""
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"scale must be finite and > 0, got {value}")
 
 
 class ScalingState:
@@ -34,12 +42,16 @@ class ScalingState:
                              f"{tuple(scale.shape)}")
         if scale.device != amax_history.device:
             raise ValueError(f"scale ({scale.device}) and amax_history ({amax_history.device}) must share a device")
+        if scale.device.type == "cpu" and not torch.compiler.is_compiling():
+            _check_scale_value(float(scale.reshape(())))  # a GPU scale is not read back (no sync)
         self.amax_history = amax_history
         self.scale = scale
 
     @classmethod
     def create(cls, recipe: Recipe | None = None, history_len: int | None = None, device=None) -> "ScalingState":
         """A fresh state: zero history (length from the recipe unless given), scale 1."""
+        if recipe is not None and not isinstance(recipe, Recipe):
+            raise TypeError(f"recipe must be a fp8ext.recipes.Recipe or None, got {type(recipe).__name__}")
         n = history_len if history_len is not None else (recipe.amax_history_len if recipe else 1)
         check_positive_int("history_len", n)
         return cls(torch.zeros(n, dtype=torch.float32, device=device),
@@ -51,13 +63,16 @@ class ScalingState:
         A scale given on the host must be finite and > 0 (0 would quantize
         everything to +-max and dequantize it to 0); one already on a GPU is
         not read back (no synchronisation)."""
-        if isinstance(scale, torch.Tensor) and scale.numel() != 1:
-            raise ValueError(f"scale must hold one value, got shape {tuple(scale.shape)}")
+        if isinstance(scale, torch.Tensor):
+            if scale.numel() != 1:
+                raise ValueError(f"scale must hold one value, got shape {tuple(scale.shape)}")
+            if scale.device.type == "cpu":
+                _check_scale_value(float(scale.reshape(())))
+        elif isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+            raise TypeError(f"scale must be a float or a tensor holding one value, got {type(scale).__name__}")
+        else:
+            _check_scale_value(float(scale))
         s = torch.as_tensor(scale, dtype=torch.float32, device=device).reshape(()).clone()
-        if not (isinstance(scale, torch.Tensor) and scale.device.type != "cpu"):
-            value = float(s.cpu())
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"scale must be finite and > 0, got {value}")
         return cls(torch.zeros(1, dtype=torch.float32, device=s.device), s)
 
     @property

@@ -9,6 +9,7 @@ import inspect
 
 import torch
 
+from fp8ext.ops.gemm_reference import check_blockwise_args, check_scaled_mm_args
 from fp8ext.ops.reference import GROUP, GROUP_SCALE_ROW_ALIGN
 
 
@@ -106,6 +107,7 @@ def _quantize_per_block(x, dtype, margin, power_of_two, pad_k_to):
 
 @_fake("fp8ext::scaled_mm")
 def _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, config, use_fast_accum=False):
+    check_scaled_mm_args(a, b, scale_a, scale_b, bias, out_dtype, config)  # metadata only, as the op's checks
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
 
 
@@ -127,4 +129,5 @@ def _paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale,
 
 @_fake("fp8ext::scaled_mm_blockwise")
 def _scaled_mm_blockwise(a, b, scale_a, scale_b, bias, out_dtype, config):
+    check_blockwise_args(a, b, scale_a, scale_b, bias, out_dtype, config)
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)

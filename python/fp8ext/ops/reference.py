@@ -98,7 +98,9 @@ def quantize_delayed(x, amax_history, scale, dtype, margin, power_of_two, use_hi
     q = quantize_with_scale(x, used, dtype, pad_k_to)
     rolled = torch.cat([amax_finite(x).reshape(1), amax_history[:-1]])
     amax_history.copy_(rolled)
-    amax = rolled.max() if use_history_max else rolled[0]
+    # The kernels' max starts at 0 and skips NaN (fmaxf), so a NaN or negative
+    # value that a caller wrote into the history counts as 0.
+    amax = torch.where(rolled > 0, rolled, 0.0).max() if use_history_max else rolled[0]
     scale.copy_(scale_from_amax(amax, dtype, margin, power_of_two).reshape(scale.shape))
     return q, used
 
