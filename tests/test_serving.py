@@ -462,3 +462,118 @@ def test_evaluation_helpers_check_their_sizes():
                dict(windows=torch.ones(2, 1, dtype=torch.long))):
         with pytest.raises(ValueError, match="batch_size must|windows must"):
             evaluation.perplexity(None, **{"windows": torch.ones(2, 8, dtype=torch.long), **kw})
+
+
+# ---- review helper-23 (session 41): each case below ran wrong, leaked or failed opaquely before ----
+
+class _FailOnce:
+    """Wraps a model method so that its next call raises, as an OOM or an interrupt would."""
+
+    def __init__(self, model, name):
+        self.model, self.name, self.real = model, name, getattr(model, name)
+        setattr(model, name, self)
+
+    def __call__(self, *args, **kwargs):
+        setattr(self.model, self.name, self.real)
+        raise RuntimeError("injected failure")
+
+
+def test_a_failed_decode_step_leaves_requests_that_resume_correctly(seed):
+    # The step's slots were reserved before decode ran: resuming read an unwritten cache entry.
+    model, prompt = tiny_model(), prompts(1, seed)[0]
+    clean = Engine(model, make_cache(model)).generate([prompt], 6)[0]
+    cache = make_cache(model)
+    engine = Engine(model, cache)
+    engine.submit(prompt, 6)
+    engine.step()  # prefill: the first token
+    _FailOnce(model, "decode")
+    with pytest.raises(RuntimeError, match="injected failure"):
+        engine.step()
+    assert not engine.running and len(engine.waiting) == 1 and cache.free_pages == cache.num_pages
+    assert list(engine.run().values()) == [clean]
+
+
+def test_a_failed_prefill_keeps_the_requests_and_frees_their_pages(seed):
+    model = tiny_model()
+    batch = prompts(3, seed)
+    clean = Engine(model, make_cache(model)).generate(batch, 4)
+    cache = make_cache(model)
+    engine = Engine(model, cache)
+    ids = [engine.submit(p, 4) for p in batch]
+    _FailOnce(model, "prefill")
+    with pytest.raises(RuntimeError, match="injected failure"):
+        engine.step()
+    assert [r.id for r in engine.waiting] == ids and cache.free_pages == cache.num_pages
+    done = engine.run()
+    assert [done[i] for i in ids] == clean
+
+
+def test_generate_checks_every_prompt_before_queueing_any():
+    model = tiny_model()
+    engine = Engine(model, make_cache(model))
+    with pytest.raises(ValueError, match="token ids must be in"):
+        engine.generate([[1, 2, 3], [4, 5], [97]], 4)
+    assert not engine.waiting
+
+
+def test_serving_entry_points_refuse_what_they_cannot_run():
+    transformers = pytest.importorskip("transformers")
+    small = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=97)
+    with pytest.raises(ValueError, match="model_type 'qwen2' is not supported"):  # its q/k/v biases were dropped
+        LlamaConfig.from_hf(transformers.Qwen2Config(**small))
+    with pytest.raises(ValueError, match="sliding_window=4 is not supported"):
+        LlamaConfig.from_hf(transformers.MistralConfig(sliding_window=4, **small))
+    assert LlamaConfig.from_hf(transformers.MistralConfig(sliding_window=None, **small)).num_layers == 2
+    from fp8ext.recipes import PerTensorStatic
+    with pytest.raises(ValueError, match="static activation scaling needs calibrated input scales"):
+        tiny_model().quantize(PerTensorStatic())
+    with pytest.raises(TypeError, match="recipe must be a fp8ext.recipes.Recipe"):
+        tiny_model().quantize(None)
+    with pytest.raises(TypeError, match="dtype must be one of"):
+        LlamaModel(TINY, torch.float64)
+    model = tiny_model()
+    with pytest.raises(TypeError, match="model must be a fp8ext.serving.LlamaModel"):
+        Engine(None, make_cache(model))
+    with pytest.raises(TypeError, match="cache must be a fp8ext.PagedKVCache"):
+        Engine(model, None)
+    engine = Engine(model, make_cache(model))
+    for bad in ([True, False], torch.tensor([True, False])):
+        with pytest.raises(TypeError, match="bool"):
+            engine.submit(bad, 2)
+
+
+def test_small_serving_pieces_check_their_numbers():
+    from fp8ext import evaluation
+    from fp8ext.cuda_graphs import replay_times_ms
+    from fp8ext.serving.layers import RMSNorm, Rotary
+    for theta in (0.0, -1.0, float("inf")):
+        with pytest.raises(ValueError, match="theta must be a finite number > 0"):
+            Rotary(8, theta)
+    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+        RMSNorm(4, -1.0)
+    with pytest.raises(ValueError, match="repeats must be a positive int"):
+        replay_times_ms(lambda: None, 0)
+    model = tiny_model()
+    windows = torch.randint(0, 97, (2, 40))
+    for prefix in (2.0, True, None):
+        with pytest.raises(ValueError, match="prefix must be an int"):
+            perplexity(model, windows, prefix=prefix)
+    tok = lambda text, **kw: type("T", (), {"input_ids": torch.arange(6)[None]})()  # noqa: E731
+    with pytest.raises(ValueError, match=r"max_tokens \(3\) must be at least one window \(4\)"):
+        evaluation.token_windows(tok, "text", window=4, max_tokens=3)
+    hf = type("HF", (), {"get_input_embeddings": lambda self: nn.Embedding(97, 4)})()
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 97\)"):
+        evaluation.perplexity(hf, windows + 97)
+    with pytest.raises(TypeError, match="windows must hold int64/int32 token ids"):
+        evaluation.perplexity(hf, windows.float())
+
+
+def test_cli_usage_errors_exit_without_a_traceback(tmp_path, capsys):
+    from fp8ext.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "serve", "--layers", "0"])
+    assert e.value.code == 2 and "expected a positive integer" in capsys.readouterr().err
+    (tmp_path / "afile").write_text("x")
+    assert main(["report", "--only", "cpu", "--quick", "--out", str(tmp_path / "afile" / "sub")]) == 1
+    assert "fp8ext report:" in capsys.readouterr().err

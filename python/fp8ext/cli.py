@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     p_serve.add_argument("--out", default="bench-serve",
                          help="folder for serve.json (rewritten: give each part of a split sweep its own)")
     p_serve.add_argument("--quick", action="store_true", help="batch 1 and 64 at context 4096 only")
-    p_serve.add_argument("--layers", type=int, default=32, help="decoder layers (32: the real depth)")
+    p_serve.add_argument("--layers", type=_positive_int, default=32, help="decoder layers (32: the real depth)")
     p_serve.add_argument("--budget-gb", type=_budget_gb, default=80.0, help="memory budget for the max-batch column")
     p_serve.add_argument("--batches", type=_positive_int, nargs="+",
                          help="batch sizes (default: the full sweep's 1 8 32 64 128 256)")
@@ -113,7 +113,11 @@ def main(argv=None) -> int:
         if os.path.exists(args.out) and not os.path.isdir(args.out):
             print(f"fp8ext report: --out must be a folder, {args.out!r} is a file", file=sys.stderr)
             return 2
-        build_report(args.out, quick=args.quick, only=args.only, model=args.model)
+        try:
+            build_report(args.out, quick=args.quick, only=args.only, model=args.model)
+        except (RuntimeError, ValueError, OSError) as e:  # a checkpoint that is not Llama, an unwritable --out
+            print(f"fp8ext report: {e}", file=sys.stderr)
+            return 1
         return 0
     if args.command == "bench":
         from fp8ext.serving import bench

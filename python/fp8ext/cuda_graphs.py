@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from fp8ext.checks import check_positive_int
+
 
 def capture(fn, device=None):
     """(graph, fn's output): fn runs once on a side stream first (lazy
@@ -22,6 +24,7 @@ def capture(fn, device=None):
 
 def replay_times_ms(replay, repeats: int) -> list:
     """Sorted CUDA-event times of `repeats` calls of replay(), after one untimed call."""
+    check_positive_int("repeats", repeats)
     replay()
     torch.cuda.synchronize()
     times = []

@@ -81,6 +81,8 @@ def token_windows(tokenizer, text: str, window: int = 512, max_tokens: int = 819
     check_positive_int("window", window)
     check_positive_int("max_tokens", max_tokens)
     ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids[0]
+    if max_tokens < window:
+        raise ValueError(f"max_tokens ({max_tokens}) must be at least one window ({window})")
     n = min(max_tokens, ids.numel()) // window
     if n == 0:
         raise ValueError(f"the text has {ids.numel()} tokens, fewer than one window of {window}")
@@ -94,6 +96,11 @@ def perplexity(model, windows: torch.Tensor, batch_size: int = 4) -> float:
     if not isinstance(windows, torch.Tensor) or windows.dim() != 2 or windows.shape[0] < 1 or windows.shape[1] < 2:
         raise ValueError(f"windows must be a [num_windows >= 1, window >= 2] tensor of token ids, got "
                          f"{tuple(getattr(windows, 'shape', ()))}")
+    if windows.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"windows must hold int64/int32 token ids, got {windows.dtype}")
+    vocab = model.get_input_embeddings().num_embeddings
+    if bool(((windows < 0) | (windows >= vocab)).any()):  # on CUDA an embedding lookup would assert
+        raise ValueError(f"windows' token ids must be in [0, {vocab})")
     total, count = 0.0, 0
     for start in range(0, windows.shape[0], batch_size):
         ids = windows[start:start + batch_size]

@@ -124,6 +124,8 @@ def _world_and_rank(style: str, group) -> tuple:
         raise ValueError(f"style must be one of {STYLES}, got {style!r}")
     if not dist.is_initialized():
         raise RuntimeError("torch.distributed must be initialized (dist.init_process_group) first")
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"group must be a torch.distributed ProcessGroup or None, got {type(group).__name__}")
     return dist.get_world_size(group), dist.get_rank(group)
 
 
@@ -203,6 +205,9 @@ class TensorParallelLinear(nn.Module):
         if self.style == "column":
             y = torch.nn.functional.linear(x, self.weight, self.bias)
             return _gather(y, self.parts, self.world_size, self.group) if self.gather_output else y
+        if x.shape[-1] != self.weight.shape[1]:
+            raise ValueError(f"x must be this rank's shard of the input, [..., {self.weight.shape[1]}] "
+                             f"(in_features / world size), got {tuple(x.shape)}")
         y = torch.nn.functional.linear(x, self.weight)
         dist.all_reduce(y, op=dist.ReduceOp.SUM, group=self.group)
         return y if self.bias is None else y + self.bias

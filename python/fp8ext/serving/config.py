@@ -41,8 +41,15 @@ class LlamaConfig:
 
     @classmethod
     def from_hf(cls, hf) -> "LlamaConfig":
-        """From a transformers LlamaConfig. RoPE scaling (Llama 3.1's long-context
-        rule) is not implemented: such configs are refused rather than run wrong."""
+        """From a transformers LlamaConfig (or a Mistral one without a sliding
+        window). RoPE scaling (Llama 3.1's long-context rule), sliding windows,
+        biases and other architectures are not implemented: such configs are
+        refused rather than run wrong."""
+        model_type = getattr(hf, "model_type", "llama")
+        if model_type not in ("llama", "mistral"):  # Qwen2's q/k/v biases, say, have no config flag to check
+            raise ValueError(f"model_type {model_type!r} is not supported (Llama-architecture models only)")
+        if getattr(hf, "sliding_window", None) is not None:
+            raise ValueError(f"sliding_window={hf.sliding_window} is not supported (full causal attention only)")
         scaling = getattr(hf, "rope_scaling", None) or {}
         if scaling and scaling.get("rope_type", scaling.get("type", "default")) != "default":
             raise ValueError(f"rope_scaling {scaling} is not supported (plain RoPE only)")

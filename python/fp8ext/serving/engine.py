@@ -76,6 +76,10 @@ class _Graph:
 
 class Engine:
     def __init__(self, model: LlamaModel, cache: PagedKVCache, max_batch: int = 256, cuda_graphs: bool | None = None):
+        if not isinstance(model, LlamaModel):
+            raise TypeError(f"model must be a fp8ext.serving.LlamaModel, got {type(model).__name__}")
+        if not isinstance(cache, PagedKVCache):
+            raise TypeError(f"cache must be a fp8ext.PagedKVCache, got {type(cache).__name__}")
         if cache.num_layers != model.cfg.num_layers or cache.num_kv_heads != model.cfg.num_kv_heads or \
                 cache.head_dim != model.cfg.head_dim:
             raise ValueError(f"cache ({cache.num_layers} layers, {cache.num_kv_heads} KV heads, head_dim "
@@ -93,6 +97,12 @@ class Engine:
         self._graphs: dict = {}
 
     def submit(self, prompt, max_new_tokens: int, eos_token_id: int | None = None) -> int:
+        req = self._request(prompt, max_new_tokens, eos_token_id)
+        self.waiting.append(req)
+        return req.id
+
+    def _request(self, prompt, max_new_tokens: int, eos_token_id) -> Request:
+        """A checked request with the next id (not queued)."""
         vocab = self.model.cfg.vocab_size
         prompt = check_prompt(prompt, vocab)
         check_positive_int("max_new_tokens", max_new_tokens)
@@ -105,9 +115,7 @@ class Engine:
             raise ValueError(f"prompt + max_new_tokens stores {stored} tokens in the cache: {pages} pages, "
                              f"more than one sequence may hold")
         rid = next(self._ids)
-        req = Request(rid, prompt, max_new_tokens, eos_token_id, seq=(self._owner, rid))
-        self.waiting.append(req)
-        return req.id
+        return Request(rid, prompt, max_new_tokens, eos_token_id, seq=(self._owner, rid))
 
     def step(self) -> list:
         """Admits and prefills, or decodes once; returns the requests that finished."""
@@ -116,7 +124,11 @@ class Engine:
             slots = [s for _, s in admitted]
             reqs = [r for r, _ in admitted]
             prompts = [torch.tensor(r.prompt + r.output) for r in reqs]
-            logits = self.model.prefill(prompts, slots, self.cache)
+            try:
+                logits = self.model.prefill(prompts, slots, self.cache)
+            except BaseException:  # an error or an interrupt: nothing admitted, no page kept
+                self._requeue(reqs)
+                raise
             self.running += reqs
             return self._sample(reqs, logits)
         if self.running:
@@ -137,7 +149,9 @@ class Engine:
         return out
 
     def generate(self, prompts, max_new_tokens: int, eos_token_id: int | None = None) -> list:
-        ids = [self.submit(p, max_new_tokens, eos_token_id) for p in prompts]
+        reqs = [self._request(p, max_new_tokens, eos_token_id) for p in prompts]  # all checked before any is queued
+        self.waiting.extend(reqs)
+        ids = [r.id for r in reqs]
         done = self.run()
         return [done[i] for i in ids]
 
@@ -183,9 +197,27 @@ class Engine:
                 self.waiting.appendleft(victim)  # recomputed from its prompt + output when pages free up
         return [slots[r.id] for r in self.running]
 
+    def _requeue(self, reqs) -> None:
+        """After a failed prefill or decode: `reqs` leave the batch and go back to
+        the head of the queue in their order, their pages freed (the cache holds
+        slots they never wrote), to be recomputed from prompt + output."""
+        for r in reversed(reqs):
+            if r in self.running:
+                self.running.remove(r)
+            self.cache.free(r.seq)
+            self.waiting.appendleft(r)
+
     def _decode(self) -> list:
         slots = self._reserve_next_slots()
         reqs = list(self.running)
+        try:
+            logits = self._decode_logits(reqs, slots)
+        except BaseException:  # e.g. out of memory capturing a new bucket's graph, or an interrupt
+            self._requeue(reqs)
+            raise
+        return self._sample(reqs, logits)
+
+    def _decode_logits(self, reqs, slots) -> torch.Tensor:
         dev = self.model.device
         tokens = torch.tensor([r.output[-1] for r in reqs], device=dev)
         positions = torch.tensor([self.cache.length(r.seq) - 1 for r in reqs], device=dev)
@@ -196,5 +228,5 @@ class Engine:
             if bucket is not None:
                 if bucket not in self._graphs:
                     self._graphs[bucket] = _Graph(self.model, self.cache, bucket)
-                return self._sample(reqs, self._graphs[bucket](tokens, positions, slot_t, plan))
-        return self._sample(reqs, self.model.decode(tokens, positions, slot_t, plan, self.cache))
+                return self._graphs[bucket](tokens, positions, slot_t, plan)
+        return self.model.decode(tokens, positions, slot_t, plan, self.cache)

@@ -28,8 +28,8 @@ def perplexity(model: LlamaModel, windows: torch.Tensor, cache_dtype=None, prefi
     check_positive_int("page_size", page_size)
     windows = windows.long()
     batch, width = windows.shape
-    if not 1 <= prefix < width:
-        raise ValueError(f"prefix must be in [1, {width}), got {prefix}")
+    if isinstance(prefix, bool) or not isinstance(prefix, int) or not 1 <= prefix < width:
+        raise ValueError(f"prefix must be an int in [1, {width}), got {prefix!r}")
     cfg = model.cfg
     pages = batch * -(-width // page_size)
     cache = PagedKVCache(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, pages, page_size, cache_dtype,

@@ -1,6 +1,7 @@
 """The decoder's small pieces: RMSNorm, rotary embeddings, and fused projections."""
 from __future__ import annotations
 
+import math
 import os
 from typing import NamedTuple
 
@@ -20,6 +21,8 @@ class RMSNorm(nn.Module):
 
     def __init__(self, size: int, eps: float, dtype=None, device=None):
         super().__init__()
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < math.inf:
+            raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
         self.weight = nn.Parameter(torch.ones(size, dtype=dtype, device=device), requires_grad=False)
         self.eps = eps
 
@@ -38,6 +41,8 @@ class Rotary(nn.Module):
         super().__init__()
         if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2 or head_dim % 2:
             raise ValueError(f"head_dim must be an even positive int (RoPE rotates pairs), got {head_dim!r}")
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 0 < theta < math.inf:
+            raise ValueError(f"theta must be a finite number > 0, got {theta!r}")
         exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
         self.register_buffer("inv_freq", 1.0 / (theta ** exponents), persistent=False)
 

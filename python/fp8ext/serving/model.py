@@ -86,15 +86,22 @@ def check_prompt(prompt, vocab_size: int, name: str = "prompt") -> list:
     """A prompt as a list of token ids: a non-empty 1-D sequence of ints in [0, vocab_size)."""
     if isinstance(prompt, torch.Tensor) and prompt.dim() != 1:
         raise ValueError(f"{name} must be 1-D token ids, got shape {tuple(prompt.shape)}")
+    if isinstance(prompt, torch.Tensor) and prompt.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids, got a bool tensor")
     try:
         ids = [operator.index(t) for t in prompt]
     except TypeError:
         raise TypeError(f"{name} must be a sequence of integer token ids") from None
+    if any(isinstance(t, bool) for t in prompt):
+        raise TypeError(f"{name} must hold integer token ids, got a bool")
     if not ids:
         raise ValueError(f"{name} must hold at least one token")
     if not all(0 <= t < vocab_size for t in ids):  # on CUDA a bad id would be a device-side assert
         raise ValueError(f"{name} token ids must be in [0, {vocab_size}), got {min(ids)}..{max(ids)}")
     return ids
+
+
+MODEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 class LlamaModel(nn.Module):
@@ -104,6 +111,10 @@ class LlamaModel(nn.Module):
 
     def __init__(self, cfg: LlamaConfig, dtype=torch.bfloat16, device="cpu"):
         super().__init__()
+        if not isinstance(cfg, LlamaConfig):
+            raise TypeError(f"cfg must be a fp8ext.serving.LlamaConfig, got {type(cfg).__name__}")
+        if dtype not in MODEL_DTYPES:  # the cache writes and the fused kernels take these only
+            raise TypeError(f"dtype must be one of {MODEL_DTYPES}, got {dtype}")
         self.cfg, self.dtype = cfg, dtype
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype, device=device)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i, dtype, device) for i in range(cfg.num_layers))
@@ -152,7 +163,15 @@ class LlamaModel(nn.Module):
         return model
 
     def quantize(self, recipe: Recipe) -> "LlamaModel":
-        """W8A8: every decoder projection becomes an FP8Linear (fused ones with per-shard scales)."""
+        """W8A8: every decoder projection becomes an FP8Linear (fused ones with per-shard scales).
+        Static activation scaling is refused: this model has no calibration pass
+        for it, and its input scales would stay 1.0 (activations past +-448
+        saturate). Current or delayed scaling needs none."""
+        if not isinstance(recipe, Recipe):
+            raise TypeError(f"recipe must be a fp8ext.recipes.Recipe, got {type(recipe).__name__}")
+        if recipe.activation_mode == "static":
+            raise ValueError("static activation scaling needs calibrated input scales, which LlamaModel does not "
+                             "collect: use a current (RowWise, CurrentScaling, BlockWise) or delayed recipe")
         cfg = self.cfg
         if any(type(m) is not nn.Linear for layer in self.layers
                for m in (layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down)):
