@@ -249,3 +249,14 @@ def test_a_nan_in_a_user_written_history_is_skipped_as_the_kernels_skip_it():
     reference.quantize_delayed(x, ref_hist, ref_scale, F8, 0, False, True, 0)
     # History after the roll: [2, nan, 7]: its max skipping NaN is 7 (the reference's max gave NaN, so scale 1).
     assert native_scale.item() == ref_scale.item() == pytest.approx(7.0 / 448)
+
+
+def test_delayed_state_tensors_must_not_overlap():
+    # A scale inside the history (or either inside x) was read and written in an order that assumes them apart.
+    x = torch.full((2, 8), 2.0)
+    h = torch.zeros(4)
+    with pytest.raises(ValueError, match="amax_history and scale must not overlap"):
+        torch.ops.fp8ext.quantize_delayed(x, h, h[0], F8, 0, False, True, 0)
+    buf = torch.ones(20)
+    with pytest.raises(ValueError, match="x and amax_history must not overlap"):
+        torch.ops.fp8ext.quantize_delayed(buf[:16].view(2, 8), buf[12:16], torch.ones(()), F8, 0, False, True, 0)

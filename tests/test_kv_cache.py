@@ -372,6 +372,9 @@ def test_direct_op_calls_refuse_what_the_cache_would():
     torch.ops.fp8ext.kv_cache_write(k, k, cache.k[0], cache.v[0], torch.tensor([4, -1, -1]), ones, ones)  # -1 twice
     with pytest.raises(ValueError, match="separate pools"):
         torch.ops.fp8ext.kv_cache_write(k, k, cache.k[0], cache.k[0], torch.tensor([0, 1, 2]), ones, ones)
+    pool = torch.zeros(9, 16, 2, 64)  # two views a page apart: V of page p would land on K of page p + 1
+    with pytest.raises(ValueError, match="k_cache and v_cache must not overlap"):
+        torch.ops.fp8ext.kv_cache_write(k, k, pool[:-1], pool[1:], torch.tensor([0, 1, 2]), ones, ones)
 
     def decode(q=torch.randn(1, 4, 64), table=plan.block_table, lens=plan.seq_lens, splits=1, window=0):
         return torch.ops.fp8ext.paged_decode_attention(q, cache.k[0], cache.v[0], table, lens, ones, ones, 0.125,

@@ -258,3 +258,20 @@ def test_compiles_fullgraph_on_cuda(seed):
 
     eager = step(k, q)
     assert torch.equal(torch.compile(step, fullgraph=True)(k, q), eager)
+
+
+def test_cuda_ops_refuse_overlapping_pools_and_oversized_grids():
+    # Views of one buffer a page apart passed the data_ptr check, and V overwrote the next page's K;
+    # grids past the hardware's y limit gave a generic "invalid argument".
+    pool = torch.zeros(9, 16, 2, 64, dtype=E4M3, device="cuda")
+    k = torch.randn(3, 2, 64, device="cuda")
+    one = torch.ones((), device="cuda")
+    slots = torch.tensor([0, 1, 2], device="cuda")
+    with pytest.raises(ValueError, match="k_cache and v_cache must not overlap"):
+        torch.ops.fp8ext.kv_cache_write(k, k, pool[:-1], pool[1:], slots, one, one)
+    k_cache = torch.zeros(1, 1, 65536, 64, dtype=torch.bfloat16, device="cuda")
+    q = torch.zeros(1, 65536, 64, dtype=torch.bfloat16, device="cuda")
+    table = torch.zeros(1, 1, dtype=torch.int32, device="cuda")
+    lens = torch.ones(1, dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="q must have at most 65535 heads"):
+        torch.ops.fp8ext.paged_decode_attention(q, k_cache, k_cache.clone(), table, lens, one, one, 0.125, 1, 0, 0.0)

@@ -298,3 +298,14 @@ def test_per_row_ops_refuse_2_to_the_31_rows_by_name():
     del x
     # The next op runs cleanly: nothing was launched, no error is left behind.
     assert torch.equal(torch.ones(4, device="cuda").sum().cpu(), torch.tensor(4.0))
+
+
+def test_cuda_delayed_state_must_not_overlap_and_block_rows_are_bounded():
+    x = torch.full((2, 8), 2.0, device="cuda")
+    h = torch.zeros(4, device="cuda")
+    with pytest.raises(ValueError, match="amax_history and scale must not overlap"):
+        torch.ops.fp8ext.quantize_delayed(x, h, h[0], torch.float8_e4m3fn, 0, False, True, 0)
+    # 65535 blocks of 128 rows is the 128x128 kernel's grid.y: one row more is refused by name.
+    too_many = torch.zeros(65535 * 128 + 1, 16, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="quantize_per_block: x must have at most 8388480 rows"):
+        torch.ops.fp8ext.quantize_per_block(too_many, torch.float8_e4m3fn, 0, False, 0)

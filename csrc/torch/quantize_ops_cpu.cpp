@@ -37,6 +37,7 @@ QuantOut quantize_delayed_cpu(const at::Tensor& x, at::Tensor& amax_history, at:
   const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
   check_scalar_fp32(scale, "scale", x);
   check_amax_history(amax_history, x);
+  check_delayed_state_apart(x, amax_history, scale);
   at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
   at::Tensor used = new_scalar_scale(x);
   cpu::quantize_delayed(in, rule, use_history_max, amax_history.data_ptr<float>(),

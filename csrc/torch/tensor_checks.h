@@ -3,6 +3,7 @@
 // TORCH_CHECK_TYPE -> TypeError, TORCH_CHECK_VALUE -> ValueError in Python.
 #pragma once
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
@@ -69,6 +70,22 @@ inline void check_amax_history(const at::Tensor& h, const at::Tensor& x) {
   TORCH_CHECK_VALUE(h.dim() == 1 && h.numel() >= 1 && h.is_contiguous(),
                     "amax_history must be a contiguous 1-D tensor of length >= 1, got shape ", h.sizes());
   TORCH_CHECK_VALUE(h.device() == x.device(), "amax_history must be on ", x.device());
+}
+
+// Two tensors an op writes one of (or both) must not share memory: the kernels
+// read and write them in an order that assumes they are apart.
+inline void check_no_overlap(const at::Tensor& a, const char* a_name, const at::Tensor& b, const char* b_name) {
+  const at::MemOverlapStatus status = at::get_overlap_status(a, b);
+  TORCH_CHECK_VALUE(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial, a_name, " and ",
+                    b_name, " must not overlap in memory");
+}
+
+// quantize_delayed writes amax_history and scale (after every block has read
+// scale): a scale inside the history, or either inside x, gives wrong codes.
+inline void check_delayed_state_apart(const at::Tensor& x, const at::Tensor& amax_history, const at::Tensor& scale) {
+  check_no_overlap(amax_history, "amax_history", scale, "scale");
+  check_no_overlap(x, "x", amax_history, "amax_history");
+  check_no_overlap(x, "x", scale, "scale");
 }
 
 }  // namespace fp8ext::torch_ops

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "cuda_status.h"
+
 namespace fp8ext::torch_ops {
 
 // a [M, K] and b [N, K] on one CUDA device, and the output dtype.
@@ -35,7 +37,7 @@ inline void check_bias_and_gpu(const std::optional<at::Tensor>& bias, int64_t n,
                       bias->device());
   }
   int major = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, a.get_device());
+  check_cuda_status(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, a.get_device()), op);
   TORCH_CHECK(major == 9, op, ": the CUTLASS kernels are built for sm_90a (H100/H200), this GPU is sm_", major,
               "x; fp8ext.scaled_mm runs the PyTorch reference there");
 }

@@ -34,6 +34,12 @@ CacheDType cache_dtype(const at::Tensor& t) {
 }
 
 std::pair<PagedPool, PagedPool> pools(const at::Tensor& k_cache, const at::Tensor& v_cache) {
+  // The kernels carry sm_90a code and compute_80 PTX: older GPUs get a clear refusal, not "no kernel image".
+  TORCH_CHECK_VALUE(k_cache.is_cuda(), "k_cache must be a CUDA tensor, got ", k_cache.device());
+  int major = 0;
+  check_cuda_status(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, k_cache.get_device()),
+                    "device query");
+  TORCH_CHECK(major >= 8, "fp8ext: the paged KV-cache kernels need compute capability >= 8.0, got ", major, ".x");
   TORCH_CHECK_VALUE(k_cache.dim() == 4, "k_cache must be [num_pages, page_size, num_kv_heads, head_dim], got ",
                     k_cache.dim(), "-D");
   TORCH_CHECK_VALUE(v_cache.sizes() == k_cache.sizes() && v_cache.scalar_type() == k_cache.scalar_type() &&
@@ -44,6 +50,7 @@ std::pair<PagedPool, PagedPool> pools(const at::Tensor& k_cache, const at::Tenso
   TORCH_CHECK_VALUE(k_cache.is_contiguous() && v_cache.is_contiguous(), "k_cache and v_cache must be contiguous");
   TORCH_CHECK_VALUE(k_cache.numel() == 0 || k_cache.data_ptr() != v_cache.data_ptr(),
                     "k_cache and v_cache must be separate pools (the same tensor was given for both)");
+  check_no_overlap(k_cache, "k_cache", v_cache, "v_cache");  // views of one buffer that overlap
   TORCH_CHECK_VALUE(k_cache.size(1) >= 1 && k_cache.size(2) >= 1, "page_size and num_kv_heads must be >= 1, got ",
                     k_cache.sizes());
   TORCH_CHECK_VALUE(k_cache.size(3) >= 16 && k_cache.size(3) % 16 == 0, "head_dim must be a positive multiple of 16, got ",
@@ -179,6 +186,8 @@ at::Tensor paged_decode_attention_cuda(const at::Tensor& q, const at::Tensor& k_
   TORCH_CHECK_VALUE(std::isfinite(static_cast<float>(softmax_scale)), "softmax_scale must be finite (in float32), got ",
                     softmax_scale);
   TORCH_CHECK_VALUE(batch <= 65535, "batch must be at most 65535, got ", batch);
+  // Query heads bound the grid's y (KV heads x head blocks) and the row bytes (int32 in the kernel).
+  TORCH_CHECK_VALUE(q.size(1) <= 65535, "q must have at most 65535 heads on CUDA, got ", q.size(1));
   TORCH_CHECK_VALUE(k_pool.num_pages * k_pool.page_size <= INT32_MAX,
                     "k_cache must hold fewer than 2^31 tokens (num_pages x page_size) on CUDA, got ",
                     k_pool.num_pages * k_pool.page_size);

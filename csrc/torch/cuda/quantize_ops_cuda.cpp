@@ -81,6 +81,7 @@ QuantOut quantize_delayed_cuda(const at::Tensor& x, at::Tensor& amax_history, at
   const ScaleRule rule = scale_rule(dtype, margin, power_of_two);
   check_scalar_fp32(scale, "scale", x);
   check_amax_history(amax_history, x);
+  check_delayed_state_apart(x, amax_history, scale);
   at::Tensor q = new_fp8_output(x, dtype, padded_cols(in.cols, pad_k_to));
   at::Tensor used = new_scalar_scale(x);
   at::Tensor amax = amax_workspace();
@@ -182,6 +183,14 @@ cudaError_t quantize_per_row_launch(const ConstMatrix& x, const ScaleRule& rule,
   return cuda::quantize_per_row(x, rule, q, scale, stream);
 }
 
+// The 128x128 kernel's grid has a block row per 128 rows in grid.y (at most 65535).
+cudaError_t quantize_per_block_launch(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q, float* scales,
+                                      cudaStream_t stream) {
+  TORCH_CHECK_VALUE(x.rows <= int64_t{65535} * 128, "quantize_per_block: x must have at most ", int64_t{65535} * 128,
+                    " rows (65535 blocks of 128) on CUDA, got ", x.rows);
+  return cuda::quantize_per_block(x, rule, q, scales, stream);
+}
+
 // Current scaling with its amax workspace.
 cudaError_t quantize_per_tensor_launch(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q, float* scale,
                                        cudaStream_t stream) {
@@ -198,7 +207,7 @@ TORCH_LIBRARY_IMPL(fp8ext, CUDA, m) {
   m.impl("quantize_delayed", &quantize_delayed_cuda);
   m.impl("quantize_per_row", &quantize_scaled_cuda<new_row_scales, quantize_per_row_launch>);
   m.impl("quantize_per_group", &quantize_scaled_cuda<new_group_scales, cuda::quantize_per_group>);
-  m.impl("quantize_per_block", &quantize_scaled_cuda<new_block_scales, cuda::quantize_per_block>);
+  m.impl("quantize_per_block", &quantize_scaled_cuda<new_block_scales, quantize_per_block_launch>);
   m.impl("rms_norm_quantize_per_row", &rms_norm_quantize_per_row_cuda);
   m.impl("add_rms_norm_quantize_per_row", &add_rms_norm_quantize_per_row_cuda);
   m.impl("silu_mul_quantize_per_row", &silu_mul_quantize_per_row_cuda);

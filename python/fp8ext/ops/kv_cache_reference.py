@@ -4,9 +4,10 @@ checks raise what the CUDA ops raise, but for head_dim: the CUDA writes take
 multiples of 16 and decode 64, 128 or 256 (CUDA_HEAD_DIMS), the CPU any. The
 value checks (page ids, lengths, slots, scales) read the tensors, a host sync
 the CUDA ops do not pay: there a bad page id or length gives NaN for its
-sequence, a bad slot is skipped, a slot given twice keeps one of its tokens
-(which one is not defined), and a scale of 0, < 0 or not finite is used as
-it is (PagedKVCache refuses such scales when it is built).
+sequence, a bad slot is skipped, a slot given twice holds undefined contents
+(threads store 16-element pieces of each token: the pieces may mix), and a
+scale of 0, < 0 or not finite is used as it is (PagedKVCache refuses such
+scales when it is built).
 
 Numerics, which the CUDA kernels must match:
 - write: code = cast(x / scale) with the scale of the token's KV head, the
@@ -32,6 +33,14 @@ CUDA_HEAD_DIMS = (64, 128, 256)  # what the CUDA decode kernels are built for
 F32_MAX = torch.finfo(torch.float32).max
 
 
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two contiguous tensors share bytes (views of one buffer)."""
+    if not a.numel() or not b.numel() or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
+
+
 def _check_tensor(t, name: str) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -55,6 +64,8 @@ def check_cache(k_cache, v_cache) -> None:
         raise ValueError("k_cache and v_cache must be contiguous")
     if k_cache.numel() and k_cache.data_ptr() == v_cache.data_ptr():
         raise ValueError("k_cache and v_cache must be separate pools (the same tensor was given for both)")
+    if _overlap(k_cache, v_cache):
+        raise ValueError("k_cache and v_cache must not overlap in memory")
 
 
 def check_scale(s, name: str, num_kv_heads: int, device) -> None:
