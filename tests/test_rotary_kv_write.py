@@ -135,10 +135,19 @@ def test_bad_arguments_raise_clear_errors(device):
         cache.write_rotary(0, qkv, 4, cos, sin.float(), slots)
     with pytest.raises(ValueError, match="slot_mapping"):
         cache.write_rotary(0, qkv, 4, cos, sin, slots[:2])
+    odd_qkv = torch.zeros(3, 8 * 48, device=device, dtype=torch.bfloat16)
+    odd_cos, odd_sin = cos[:, :48].contiguous(), sin[:, :48].contiguous()
+    if device == "cuda":  # a CUDA cache takes the decode kernels' head_dims only; the op itself is checked too
+        with pytest.raises(ValueError, match="head_dim must be one of"):
+            PagedKVCache(1, 2, 48, 4, 16, E4M3, device=device)
+        pools = [torch.zeros(4, 16, 2, 48, dtype=E4M3, device=device) for _ in range(2)]
+        one = torch.ones((), device=device)
+        with pytest.raises(ValueError, match="multiple of 32"):
+            torch.ops.fp8ext.kv_cache_write_rotary(odd_qkv, odd_cos, odd_sin, *pools, slots, one, one, 4)
+        return
     odd = PagedKVCache(1, 2, 48, 4, 16, E4M3, device=device, scales=[{"k_scale": 1.0, "v_scale": 1.0}])
     with pytest.raises(ValueError, match="multiple of 32"):
-        odd.write_rotary(0, torch.zeros(3, 8 * 48, device=device, dtype=torch.bfloat16), 4,
-                         cos[:, :48].contiguous(), sin[:, :48].contiguous(), slots)
+        odd.write_rotary(0, odd_qkv, 4, odd_cos, odd_sin, slots)
 
 
 def test_engine_decode_with_the_fused_write_is_bit_identical_on_cpu(monkeypatch, seed):

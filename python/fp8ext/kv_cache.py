@@ -150,6 +150,7 @@ class PagedKVCache:
         shape = (num_pages, page_size, num_kv_heads, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
+        self.device = self.k[0].device  # "cuda" as the pools got it (cuda:N), so device checks compare equal
         self.k_scale, self.v_scale = self._scales(scales)
         self._free = list(range(num_pages - 1, -1, -1))  # a stack: pop() hands out low ids first
         self._pages: dict = {}
