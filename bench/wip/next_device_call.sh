@@ -6,15 +6,15 @@
 #  - the new subnormal-rows test in test_fused_quantize.py, on main and with packed-amax.patch;
 #  - RMSNorm and SwiGLU quantize at 73a5e97 (before sessions 37-38's kernel changes, so their first H200
 #    figures), main, and main + packed-amax.patch, in one process each;
-#  - per-tensor current scaling (issue 3) at main and with amax-partials.patch (no zeroing kernel).
+#  - per-tensor current scaling (issue 3): the chain tool at main against a variant (none waiting now).
 # Here, before the call (about a minute on 2 cores; nothing left in csrc/):
 #   bash scripts/device/build_variants.sh rms build/tl rms_old=73a5e97 rms_main=HEAD rms_pk=HEAD+bench/wip/packed-amax.patch
 #   bash scripts/device/build_variants.sh silu build/tl silu_old=73a5e97 silu_main=HEAD silu_pk=HEAD+bench/wip/packed-amax.patch
-#   bash scripts/device/build_variants.sh chain build/tl chain_main=HEAD chain_pk=HEAD+bench/wip/amax-partials.patch
+#   bash scripts/device/build_variants.sh chain build/tl chain_main=HEAD chain_pk=HEAD  (amax-partials.patch was
+#   dropped in session 41: name another chain variant here, or run "lean" for the suite)
 # Calls (the second right after the first, while the machine is warm; each well under 600 s):
 #   run(command="bash bench/wip/next_device_call.sh $OUT main", carry=[".whl", ".data", "build/tl"])
 #   run(command="bash bench/wip/next_device_call.sh $OUT patch", carry=[".whl", "build/tl"])
-#   run(command="bash bench/wip/next_device_call.sh $OUT partials", carry=[".whl"])  # if amax-partials wins
 # After: ab_summary.py on ab_rms.txt / ab_silu.txt / ab_chain.txt (--json into bench/results/),
 # junit_summary.py on gpu.xml, and NOTES. A patch that wins goes on with the steps in its header.
 OUT=$1; R=$PWD
@@ -26,24 +26,6 @@ if [ "${2:-main}" = patch ]; then
   (cd /tmp && timeout 200 python3 -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml=$OUT/gpu_pk.xml \
     $R/tests/test_fused_quantize.py > $OUT/pytest_pk.log 2>&1); tail -2 $OUT/pytest_pk.log
   cd $OUT && tar czf logs_pk.tgz --remove-files *.log run_build_pk.txt
-  exit 0
-fi
-if [ "${2:-main}" = partials ]; then
-  # Issue 3 with amax-partials.patch (a third call, only if chain_ab says it wins): bench_quantize on
-  # the build in hand, then the patch applied, rebuilt, tested and benched again on the same machine.
-  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu0.txt
-  [ -d build/device ] || bash scripts/device/run.sh $OUT build > $OUT/run_build0.txt 2>&1
-  mkdir -p $OUT/before $OUT/after
-  (cd /tmp && PYTHONPATH=/tmp/site timeout 120 python3 $R/bench/bench_quantize.py --out $OUT/before > $OUT/bench_before.log 2>&1)
-  tail -12 $OUT/bench_before.log
-  git apply bench/wip/amax-partials.patch && bash scripts/device/run.sh $OUT build > $OUT/run_build_ap.txt 2>&1
-  tail -2 $OUT/run_build_ap.txt
-  ctest --test-dir build/device -R quantize --output-on-failure > $OUT/ctest_ap.log 2>&1; tail -3 $OUT/ctest_ap.log
-  (cd /tmp && timeout 150 python3 -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml=$OUT/gpu_ap.xml \
-    $R/tests/test_quantize_cuda.py > $OUT/pytest_ap.log 2>&1); tail -2 $OUT/pytest_ap.log
-  (cd /tmp && PYTHONPATH=/tmp/site timeout 120 python3 $R/bench/bench_quantize.py --out $OUT/after > $OUT/bench_after.log 2>&1)
-  tail -12 $OUT/bench_after.log
-  cd $OUT && tar czf logs_ap.tgz --remove-files *.log run_build*.txt
   exit 0
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu0.txt
