@@ -260,3 +260,40 @@ def test_delayed_state_tensors_must_not_overlap():
     buf = torch.ones(20)
     with pytest.raises(ValueError, match="x and amax_history must not overlap"):
         torch.ops.fp8ext.quantize_delayed(buf[:16].view(2, 8), buf[12:16], torch.ones(()), F8, 0, False, True, 0)
+
+
+def test_from_scale_checks_the_float32_value_and_takes_array_likes():
+    # 1e39 and 1e-46 pass as float64 but are inf and 0 in float32: checked after the conversion.
+    for bad in (1e39, 1e-46, torch.tensor(1e-50, dtype=torch.float64)):
+        with pytest.raises(ValueError, match="scale must be finite and > 0"):
+            ScalingState.from_scale(bad, device="meta")
+    assert float(ScalingState.from_scale([0.5]).scale) == 0.5
+    np = pytest.importorskip("numpy")
+    assert float(ScalingState.from_scale(np.array(0.25)).scale) == 0.25
+
+
+def test_a_row_strided_x_overlapping_the_history_is_refused():
+    # get_overlap_status gives up on a strided x: the byte spans are compared instead.
+    big = torch.randn(8, 64)
+    with pytest.raises(ValueError, match="x and amax_history must not overlap"):
+        torch.ops.fp8ext.quantize_delayed(big[:, :32], big.view(-1)[40:44], torch.ones(()), F8, 0, False, True, 0)
+    torch.ops.fp8ext.quantize_delayed(big[:, :32], torch.zeros(4), torch.ones(()), F8, 0, False, True, 0)
+
+
+def test_gemm_fakes_skip_their_checks_for_data_dependent_rows():
+    # Rows picked by a mask (MoE routing) have a size compile cannot decide: the fake must not guard on it.
+    from fp8ext import scaled_mm
+    w = torch.randn(256, 128).to(F8)
+    sw = torch.ones(256)
+
+    def f(x, mask):
+        xs = x[mask.nonzero().squeeze(1)]
+        q, s = torch.ops.fp8ext.quantize_per_row(xs, F8, 0, False, 0)
+        return scaled_mm(q, w, s, sw)
+
+    import torch._dynamo.config as dynamo_config
+    x, mask = torch.randn(9, 128), torch.tensor([1, 0, 1, 1, 0, 1, 0, 0, 1], dtype=torch.bool)
+    with dynamo_config.patch(capture_dynamic_output_shape_ops=True):
+        torch._dynamo.reset()
+        out = torch.compile(f, backend="aot_eager", fullgraph=True)(x, mask)
+    assert out.shape == (5, 256) and torch.equal(out, f(x, mask))

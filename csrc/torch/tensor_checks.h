@@ -7,6 +7,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
+#include <utility>
+
 #include "fp8ext/scaling.h"
 #include "fp8ext/types.h"
 
@@ -74,10 +76,26 @@ inline void check_amax_history(const at::Tensor& h, const at::Tensor& x) {
 
 // Two tensors an op writes one of (or both) must not share memory: the kernels
 // read and write them in an order that assumes they are apart.
+// Beyond what at::get_overlap_status decides ("too hard" for a row-strided x),
+// the bytes the two span are compared when they share a storage.
+inline bool spans_intersect(const at::Tensor& a, const at::Tensor& b) {
+  auto span = [](const at::Tensor& t) {
+    int64_t last = 0;  // offset of the last element, in elements (strides are >= 0 here)
+    for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+    const auto* p = static_cast<const char*>(t.data_ptr());
+    return std::pair{p, p + (last + 1) * static_cast<int64_t>(t.element_size())};
+  };
+  const auto [a0, a1] = span(a);
+  const auto [b0, b1] = span(b);
+  return a0 < b1 && b0 < a1;
+}
+
 inline void check_no_overlap(const at::Tensor& a, const char* a_name, const at::Tensor& b, const char* b_name) {
   const at::MemOverlapStatus status = at::get_overlap_status(a, b);
-  TORCH_CHECK_VALUE(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial, a_name, " and ",
-                    b_name, " must not overlap in memory");
+  const bool overlap = status == at::MemOverlapStatus::Full || status == at::MemOverlapStatus::Partial ||
+                       (status == at::MemOverlapStatus::TooHard && a.storage().is_alias_of(b.storage()) &&
+                        spans_intersect(a, b));
+  TORCH_CHECK_VALUE(!overlap, a_name, " and ", b_name, " must not overlap in memory");
 }
 
 // quantize_delayed writes amax_history and scale (after every block has read

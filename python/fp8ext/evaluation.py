@@ -98,8 +98,9 @@ def perplexity(model, windows: torch.Tensor, batch_size: int = 4) -> float:
                          f"{tuple(getattr(windows, 'shape', ()))}")
     if windows.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"windows must hold int64/int32 token ids, got {windows.dtype}")
-    vocab = model.get_input_embeddings().num_embeddings
-    if bool(((windows < 0) | (windows >= vocab)).any()):  # on CUDA an embedding lookup would assert
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    vocab = getattr(embeddings, "num_embeddings", None)  # any model returning .logits works; HF ones are checked
+    if vocab is not None and bool(((windows < 0) | (windows >= vocab)).any()):  # on CUDA the lookup would assert
         raise ValueError(f"windows' token ids must be in [0, {vocab})")
     total, count = 0.0, 0
     for start in range(0, windows.shape[0], batch_size):

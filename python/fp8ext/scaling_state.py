@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 
@@ -63,16 +62,21 @@ class ScalingState:
         A scale given on the host must be finite and > 0 (0 would quantize
         everything to +-max and dequantize it to 0); one already on a GPU is
         not read back (no synchronisation)."""
-        if isinstance(scale, torch.Tensor):
-            if scale.numel() != 1:
-                raise ValueError(f"scale must hold one value, got shape {tuple(scale.shape)}")
-            if scale.device.type == "cpu":
-                _check_scale_value(float(scale.reshape(())))
-        elif isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        if isinstance(scale, (bool, str)) or scale is None:
             raise TypeError(f"scale must be a float or a tensor holding one value, got {type(scale).__name__}")
+        if isinstance(scale, torch.Tensor) and scale.device.type != "cpu":
+            s = scale.to(torch.float32)  # not read back: no synchronisation
         else:
-            _check_scale_value(float(scale))
-        s = torch.as_tensor(scale, dtype=torch.float32, device=device).reshape(()).clone()
+            try:  # on the host, in float32 first: 1e39 or 1e-46 would become inf or 0 there
+                s = torch.as_tensor(scale, dtype=torch.float32, device="cpu")
+            except (TypeError, ValueError, RuntimeError):
+                raise TypeError(f"scale must be a float or a tensor holding one value, got "
+                                f"{type(scale).__name__}") from None
+        if s.numel() != 1:
+            raise ValueError(f"scale must hold one value, got shape {tuple(s.shape)}")
+        if s.device.type == "cpu":
+            _check_scale_value(float(s.reshape(())))
+        s = s.to(device if device is not None else s.device).reshape(()).clone()
         return cls(torch.zeros(1, dtype=torch.float32, device=s.device), s)
 
     @property

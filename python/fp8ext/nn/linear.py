@@ -149,6 +149,9 @@ class FP8Linear(nn.Module):
             want = f"[{q.shape[0]}, {shapes[0][1]}] (1x128 groups)" if blocks else f"() or [{q.shape[0]}]"
             raise ValueError(f"scale must be a float32 tensor of shape {want} on {q.device}, got "
                              f"{(scale.dtype, tuple(scale.shape), scale.device) if isinstance(scale, torch.Tensor) else scale}")
+        if torch.is_grad_enabled() and self.bias is not None and self.bias.requires_grad:
+            raise RuntimeError("forward_quantized has no backward (its input is FP8 already): the bias requires "
+                               "grad; call it under torch.no_grad(), or use forward() for the straight-through path")
         if q.shape[1] != width:
             q = pad_cols(q, K_ALIGN)
         return self._matmul_quantized(q, scale, out_dtype)

@@ -36,6 +36,14 @@ def _fake(op: str):
     return register
 
 
+def _concrete(*tensors) -> bool:
+    """Whether every size is a plain int. The GEMM fakes check their arguments
+    only then (meta tensors): under torch.compile a symbolic size would turn the
+    checks into guards, and a data-dependent one (rows picked by a mask) cannot
+    be decided at all; the real op checks at run time there."""
+    return all(isinstance(d, int) for t in tensors if isinstance(t, torch.Tensor) for d in t.shape)
+
+
 def _k_padded(k: int, pad_k_to: int) -> int:
     return -(-k // pad_k_to) * pad_k_to if pad_k_to > 1 else k
 
@@ -107,7 +115,8 @@ def _quantize_per_block(x, dtype, margin, power_of_two, pad_k_to):
 
 @_fake("fp8ext::scaled_mm")
 def _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, config, use_fast_accum=False):
-    check_scaled_mm_args(a, b, scale_a, scale_b, bias, out_dtype, config)  # metadata only, as the op's checks
+    if _concrete(a, b, scale_a, scale_b, bias):  # meta tensors: the op's own checks (metadata only)
+        check_scaled_mm_args(a, b, scale_a, scale_b, bias, out_dtype, config)
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
 
 
@@ -129,5 +138,6 @@ def _paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale,
 
 @_fake("fp8ext::scaled_mm_blockwise")
 def _scaled_mm_blockwise(a, b, scale_a, scale_b, bias, out_dtype, config):
-    check_blockwise_args(a, b, scale_a, scale_b, bias, out_dtype, config)
+    if _concrete(a, b, scale_a, scale_b, bias):
+        check_blockwise_args(a, b, scale_a, scale_b, bias, out_dtype, config)
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)

@@ -76,7 +76,7 @@ class _Graph:
 
 class Engine:
     def __init__(self, model: LlamaModel, cache: PagedKVCache, max_batch: int = 256, cuda_graphs: bool | None = None):
-        if not isinstance(model, LlamaModel):
+        if not isinstance(getattr(model, "_orig_mod", model), LlamaModel):  # torch.compile's wrapper forwards
             raise TypeError(f"model must be a fp8ext.serving.LlamaModel, got {type(model).__name__}")
         if not isinstance(cache, PagedKVCache):
             raise TypeError(f"cache must be a fp8ext.PagedKVCache, got {type(cache).__name__}")
