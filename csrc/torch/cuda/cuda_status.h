@@ -1,6 +1,8 @@
-// One way for the CUDA ops to turn a kernel library status into a Python error.
+// One way for the CUDA ops to turn a kernel library status into a Python error,
+// and the GPU-generation check the sm_80+ kernels share.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
 
@@ -12,6 +14,17 @@ namespace fp8ext::torch_ops {
 inline void check_cuda_status(cudaError_t err, const char* what) {
   if (err != cudaSuccess) (void)cudaGetLastError();
   TORCH_CHECK(err == cudaSuccess, what, ": CUDA error: ", cudaGetErrorString(err));
+}
+
+// The quantization and KV-cache kernels are built for the configured archs plus
+// compute_80 PTX, so they run (JIT-compiled where needed) on any GPU from sm_80
+// up; an older GPU gets this refusal instead of "no kernel image is available".
+inline void check_sm80_or_newer(const at::Tensor& t, const char* name, const char* kernels) {
+  TORCH_CHECK_VALUE(t.is_cuda(), name, " must be a CUDA tensor, got ", t.device());
+  int major = 0;
+  check_cuda_status(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, t.get_device()),
+                    "device query");
+  TORCH_CHECK(major >= 8, "fp8ext: the CUDA ", kernels, " kernels need compute capability >= 8.0, got ", major, ".x");
 }
 
 }  // namespace fp8ext::torch_ops

@@ -34,12 +34,7 @@ CacheDType cache_dtype(const at::Tensor& t) {
 }
 
 std::pair<PagedPool, PagedPool> pools(const at::Tensor& k_cache, const at::Tensor& v_cache) {
-  // The kernels carry sm_90a code and compute_80 PTX: older GPUs get a clear refusal, not "no kernel image".
-  TORCH_CHECK_VALUE(k_cache.is_cuda(), "k_cache must be a CUDA tensor, got ", k_cache.device());
-  int major = 0;
-  check_cuda_status(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, k_cache.get_device()),
-                    "device query");
-  TORCH_CHECK(major >= 8, "fp8ext: the paged KV-cache kernels need compute capability >= 8.0, got ", major, ".x");
+  check_sm80_or_newer(k_cache, "k_cache", "paged KV-cache");
   TORCH_CHECK_VALUE(k_cache.dim() == 4, "k_cache must be [num_pages, page_size, num_kv_heads, head_dim], got ",
                     k_cache.dim(), "-D");
   TORCH_CHECK_VALUE(v_cache.sizes() == k_cache.sizes() && v_cache.scalar_type() == k_cache.scalar_type() &&

@@ -27,14 +27,7 @@ void check_rows_per_block(const ConstMatrix& x, const char* op) {
   TORCH_CHECK_VALUE(x.rows <= INT32_MAX, op, ": x must have fewer than 2^31 rows, got ", x.rows);
 }
 
-// The quantization kernels are built for the configured archs plus compute_80
-// PTX, so they run (JIT-compiled where needed) on any GPU from sm_80 up.
-void check_device(const at::Tensor& x) {
-  TORCH_CHECK_VALUE(x.is_cuda(), "x must be a CUDA tensor, got ", x.device());
-  int major = 0;
-  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, x.get_device()), "device query");
-  TORCH_CHECK(major >= 8, "fp8ext: the CUDA quantization kernels need compute capability >= 8.0, got ", major, ".x");
-}
+void check_device(const at::Tensor& x) { check_sm80_or_newer(x, "x", "quantization"); }
 
 cudaStream_t stream_of(const at::Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.get_device()).stream(); }
 
