@@ -2,6 +2,8 @@
 names a bad argument the same way."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -11,6 +13,11 @@ def check_positive_int(name: str, value, note: str = "") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int{note}, got {value!r}")
     return value
+
+
+def is_finite_number(value) -> bool:
+    """An int or float (not a bool) that is finite."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def refuse_grad(what: str, *tensors) -> None:

@@ -1,14 +1,9 @@
 """The shape of a Llama-style decoder, read from a Hugging Face config or a preset."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from fp8ext.checks import check_positive_int
-
-
-def _is_finite_number(value) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+from fp8ext.checks import check_positive_int, is_finite_number
 
 
 @dataclass(frozen=True)
@@ -32,9 +27,9 @@ class LlamaConfig:
             raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even (RoPE rotates pairs), got {self.head_dim}")
-        if not (_is_finite_number(self.rope_theta) and self.rope_theta > 0):
+        if not (is_finite_number(self.rope_theta) and self.rope_theta > 0):
             raise ValueError(f"rope_theta must be a finite number > 0, got {self.rope_theta!r}")
-        if not (_is_finite_number(self.rms_norm_eps) and self.rms_norm_eps >= 0):
+        if not (is_finite_number(self.rms_norm_eps) and self.rms_norm_eps >= 0):
             raise ValueError(f"rms_norm_eps must be a finite number >= 0, got {self.rms_norm_eps!r}")
         if not isinstance(self.tie_word_embeddings, bool):
             raise TypeError(f"tie_word_embeddings must be a bool, got {self.tie_word_embeddings!r}")

@@ -1,7 +1,6 @@
 """The decoder's small pieces: RMSNorm, rotary embeddings, and fused projections."""
 from __future__ import annotations
 
-import math
 import os
 from typing import NamedTuple
 
@@ -9,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fp8ext.checks import is_finite_number
 from fp8ext.nn.linear import K_ALIGN, FP8Linear
 from fp8ext.ops.fused import rotate_half
 from fp8ext.quantize import add_rms_norm_quantize, rms_norm_quantize, silu_mul_quantize
@@ -21,7 +21,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, size: int, eps: float, dtype=None, device=None):
         super().__init__()
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < math.inf:
+        if not (is_finite_number(eps) and eps >= 0):
             raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
         self.weight = nn.Parameter(torch.ones(size, dtype=dtype, device=device), requires_grad=False)
         self.eps = eps
@@ -41,7 +41,7 @@ class Rotary(nn.Module):
         super().__init__()
         if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2 or head_dim % 2:
             raise ValueError(f"head_dim must be an even positive int (RoPE rotates pairs), got {head_dim!r}")
-        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 0 < theta < math.inf:
+        if not (is_finite_number(theta) and theta > 0):
             raise ValueError(f"theta must be a finite number > 0, got {theta!r}")
         exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
         self.register_buffer("inv_freq", 1.0 / (theta ** exponents), persistent=False)
