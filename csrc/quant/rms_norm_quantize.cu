@@ -141,23 +141,18 @@ __global__ void __launch_bounds__(kThreads) rms_norm_quantize_kernel(Input<T> in
   if (own < write_chunks) y_own = normalize_chunk<T>(h[0], w_own[0], own * kChunk, weight.cols, inv_rms);
   // Calls fn(c0, y) for every written chunk of the row, the own one first.
   auto for_each_y = [&](auto&& fn) {
-    if (own < write_chunks) {
-      float y[kChunk];
-      Input<T>::unpack(y_own, y);
-      fn(own * kChunk, y);
-    }
+    if (own < write_chunks) fn(own * kChunk, y_own);
     for (int64_t c = own + blockDim.x; c < write_chunks; c += blockDim.x) {
-      float v[kChunk], y[kChunk];
+      float v[kChunk];
       load_tail(c * kChunk, v);
       Raw x_raw, w_raw;
 #pragma unroll
       for (int i = 0; i < kChunk; ++i) x_raw.elems[i] = from_float<T>(v[i]);  // exact: v is in T
       weight.template load_raw<true>(0, c * kChunk, w_raw);
-      Input<T>::unpack(normalize_chunk<T>(x_raw, w_raw, c * kChunk, weight.cols, inv_rms), y);
-      fn(c * kChunk, y);
+      fn(c * kChunk, normalize_chunk<T>(x_raw, w_raw, c * kChunk, weight.cols, inv_rms));
     }
   };
-  quantize_row<F>(for_each_y, out, r, rule, row_scales, smem);
+  quantize_row<F, T>(for_each_y, out, r, rule, row_scales, smem);
 }
 
 }  // namespace

@@ -90,24 +90,19 @@ __global__ void __launch_bounds__(kThreads) silu_mul_quantize_kernel(Input<T> ga
   }
   // Calls fn(c0, y) for every written chunk of the row, cached ones first.
   auto for_each_y = [&](auto&& fn) {
-    float y[kChunk];
 #pragma unroll
     for (int k = 0; k < kCached; ++k) {
       const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
-      if (c < write_chunks) {
-        Input<T>::unpack(y_cached[k], y);
-        fn(c * kChunk, y);
-      }
+      if (c < write_chunks) fn(c * kChunk, y_cached[k]);
     }
     for (int64_t c = threadIdx.x + int64_t{kCached} * blockDim.x; c < write_chunks; c += blockDim.x) {
       Raw g, u;
       gate.template load_raw<true>(r, c * kChunk, g);
       up.template load_raw<true>(r, c * kChunk, u);
-      Input<T>::unpack(silu_mul_chunk<T>(g, u, c * kChunk, gate.cols), y);
-      fn(c * kChunk, y);
+      fn(c * kChunk, silu_mul_chunk<T>(g, u, c * kChunk, gate.cols));
     }
   };
-  quantize_row<F>(for_each_y, out, r, rule, row_scales, smem);
+  quantize_row<F, T>(for_each_y, out, r, rule, row_scales, smem);
 }
 
 }  // namespace
