@@ -268,6 +268,101 @@ def test_cuda_per_tensor_two_passes_graph_replays_with_falling_amax(seed):
     replays_follow_a_falling_amax((2048, 4100), seed, steps=4)  # past the one-pass kernel's 131072 elements
 
 
+# Eager two-pass calls take their stream's amax slots in turn (csrc/torch/cuda/
+# amax_slots.h): no zeroing kernel; each quantize pass zeroes the slot the next
+# call takes. A slot left unzeroed would keep an earlier, larger amax, so every
+# sequence here has its amax fall 16x a step, with no sync between calls.
+def falling_inputs(shape, seed, steps):
+    rows, cols = shape
+    xs = []
+    for step in range(steps):
+        x = random_input(shape, torch.bfloat16, seed + step, outliers=False) * 16.0 ** (1 - step)
+        r, c = [(rows - 1, cols - 1), (0, 0), (rows // 2, cols // 3)][step % 3]
+        x[r, c] = 4096.0 * 16.0 ** (1 - step)  # above the rest: the planted value is the amax
+        xs.append(x.cuda())
+    return xs
+
+
+def assert_per_tensor_matches_cpu(xs, outs):
+    for i, (x, (q, s)) in enumerate(zip(xs, outs)):
+        q_cpu, s_cpu = per_tensor(x.cpu())
+        assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu), i
+
+
+TWO_PASSES = (2048, 4100)  # past the one-pass kernel's 131072 elements, unaligned rows
+
+
+def test_cuda_per_tensor_eager_calls_run_no_zeroing_kernel(seed, monkeypatch):
+    x = falling_inputs(TWO_PASSES, seed, 1)[0]
+    per_tensor(x)  # the stream's first call zeroes its new slots (a memset)
+    (q, s), names = kernels_run(lambda: per_tensor(x))
+    assert "amax_kernel" in names and "zero_workspace" not in names, names
+    monkeypatch.setenv("FP8EXT_QUANT_ZERO_FREE", "0")
+    (q0, s0), names = kernels_run(lambda: per_tensor(x))
+    assert "zero_workspace" in names, names
+    assert same_bits(q, q0) and torch.equal(s, s0)
+
+
+def test_cuda_per_tensor_eager_calls_follow_a_falling_amax(seed, monkeypatch):
+    xs = falling_inputs(TWO_PASSES, seed, 6)
+    small = random_input((16, 4096), torch.bfloat16, seed).cuda() * 1e-3  # one pass: slots untouched
+    outs, want = [], []
+    for i, x in enumerate(xs):
+        outs.append(per_tensor(x)); want.append(x)
+        if i == 1:
+            outs.append(per_tensor(small)); want.append(small)
+        if i == 2:
+            empty = torch.empty(0, 4100, dtype=torch.bfloat16, device="cuda")
+            outs.append(per_tensor(empty)); want.append(empty)
+        if i == 3:
+            monkeypatch.setenv("FP8EXT_QUANT_ZERO_FREE", "0")  # one call with the zeroing kernel between
+            outs.append(per_tensor(x)); want.append(x)
+            monkeypatch.delenv("FP8EXT_QUANT_ZERO_FREE")
+    torch.cuda.synchronize()
+    assert_per_tensor_matches_cpu(want, outs)
+
+
+def test_cuda_per_tensor_eager_calls_around_the_kept_kernel_and_a_graph(seed, monkeypatch):
+    """The kept-share kernel and graph capture leave the slots alone (the
+    capture takes the zeroing kernel's path); eager calls before, between and
+    after still see no stale amax, and the graph's replays follow their own."""
+    xs = falling_inputs(TWO_PASSES, seed, 6)
+    outs = [per_tensor(xs[0])]
+    monkeypatch.setenv("FP8EXT_QUANT_KEEP", "1")
+    outs.append(per_tensor(xs[1]))
+    monkeypatch.delenv("FP8EXT_QUANT_KEEP")
+    outs.append(per_tensor(xs[2]))
+    torch.cuda.synchronize()
+    g_in = xs[0].clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g_out = per_tensor(g_in)
+    outs.append(per_tensor(xs[3]))
+    g_in.copy_(xs[4])
+    graph.replay()
+    outs.append(per_tensor(xs[5]))
+    torch.cuda.synchronize()
+    assert_per_tensor_matches_cpu(xs[:4] + [xs[5]], outs)
+    assert_per_tensor_matches_cpu([xs[4]], [g_out])
+
+
+def test_cuda_per_tensor_eager_calls_on_several_streams(seed):
+    """Each stream has its own slots: two streams (and the default one) run
+    falling sequences at once, unsynchronized with each other."""
+    streams = [torch.cuda.Stream(), torch.cuda.Stream(priority=-1)]
+    seqs = [falling_inputs(TWO_PASSES, seed + 10 * i, 5) for i in range(3)]
+    torch.cuda.synchronize()
+    outs = [[], [], []]
+    for step in range(5):
+        for i, st in enumerate(streams):
+            with torch.cuda.stream(st):
+                outs[i].append(per_tensor(seqs[i][step]))
+        outs[2].append(per_tensor(seqs[2][step]))
+    torch.cuda.synchronize()
+    for i in range(3):
+        assert_per_tensor_matches_cpu(seqs[i], outs[i])
+
+
 # FP8EXT_POISON_WORKSPACE=1: the binding fills the per-tensor recipes' workspace
 # with FLT_MAX before each call. One pass (16 x 4096), two passes (one and
 # several x-blocks a row, unaligned), the empty tensor, and delayed scaling.

@@ -107,14 +107,16 @@ struct DelayedUpdate {  // present only for delayed scaling
 };
 
 // Quantizes every chunk with a scale read from device memory (or derived from
-// an amax there), and block 0 records the scale it used. With kReduceAmax it
-// also reduces the amax of what it reads into workspace[0]; the last block to
-// finish (counted in workspace[1]) then applies the delayed-scaling update.
+// an amax there), and block 0 records the scale it used and zeroes *zero_next
+// (if given: the amax slot of the next eager call on the stream, see
+// ZeroedAmaxSlots). With kReduceAmax it also reduces the amax of what it reads
+// into workspace[0]; the last block to finish (counted in workspace[1]) then
+// applies the delayed-scaling update.
 template <typename T, Fp8Format F, bool kScaleFromAmax, bool kReduceAmax>
 __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> in, Output out, int64_t chunks_per_row,
                                                                    const float* scale_or_amax, ScaleRule rule,
                                                                    float* scale_record, float* workspace,
-                                                                   DelayedUpdate delayed) {
+                                                                   DelayedUpdate delayed, float* zero_next) {
   __shared__ float smem[32];
   __shared__ bool last_block;
   constexpr int N = kQuantizeRowsPerStep;
@@ -131,7 +133,12 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_chunks_kernel(Input<T> i
   // prefetch cost 0.6-1.7 us at 16384 x 8192 (bench/NOTES.md, session 30).
   if (gridDim.y >= out.rows) prefetch_first_step<kReverse, 1, T, true>(in, chunks_per_row);
   const float s = kScaleFromAmax ? scale_from_amax(*scale_or_amax, rule) : *scale_or_amax;
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && scale_record) *scale_record = s;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    if (scale_record) *scale_record = s;
+    // After the PDL wait: the calls before on the stream, which wrote and read
+    // this slot, have completed.
+    if (zero_next) *zero_next = 0.0f;
+  }
   const Scale scale(s);
   float amax = 0.0f;  // with infinities (NaNs skipped): a finite max is redone below only if needed
   for_each_chunk_step<N>(out.rows, chunks_per_row, [&](int64_t r, int64_t c, int64_t step) {
@@ -284,17 +291,28 @@ cudaError_t quantize_with_scale(const ConstMatrix& x, const float* scale, const 
   dispatch(x, q.format, [&](auto in, auto fmt) {
     err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, false>,
                  grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, out, chunks, scale,
-                 ScaleRule{}, nullptr, nullptr, DelayedUpdate{});
+                 ScaleRule{}, nullptr, nullptr, DelayedUpdate{}, nullptr);
   });
   return err;
 }
 
 cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q,
-                                float* scale_out, float* amax_workspace, cudaStream_t stream) {
+                                float* scale_out, float* amax_workspace, cudaStream_t stream,
+                                ZeroedAmaxSlots* slots) {
+  if (slots) slots->used = false;
   if (x.rows * x.cols > 0 && detail::per_tensor_fits_one_pass(x, q))
     return detail::quantize_per_tensor_one_pass(x, rule, q, scale_out, stream);
   const bool kept = detail::per_tensor_fits_kept_pass(x, q);
-  cudaError_t err = zero_workspace(amax_workspace, kept ? kAmaxWorkspaceFloats : 1, stream);
+  if (slots && !kept && (!slots->amax || !slots->zero_next || slots->amax == slots->zero_next))
+    return cudaErrorInvalidValue;
+  cudaError_t err = cudaSuccess;
+  float* zero_next = nullptr;
+  if (slots && !kept) {  // the two passes on a slot the caller keeps zeroed: no zeroing kernel
+    amax_workspace = slots->amax;
+    zero_next = slots->zero_next;
+  } else {
+    err = zero_workspace(amax_workspace, kept ? kAmaxWorkspaceFloats : 1, stream);
+  }
   if (err != cudaSuccess) return err;
   if (kept) return detail::quantize_per_tensor_kept(x, rule, q, scale_out, amax_workspace, stream);
   const int64_t chunks = write_chunks_per_row(q);
@@ -308,7 +326,10 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
     if (err == cudaSuccess)
       err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), true, false>,
                    grid_blocks(q.rows, chunks, kQuantizeRowsPerStep, kCurrentScalingBlocksPerSm), dim3(kThreads),
-                   stream, in, make_output(q), chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{});
+                   stream, in, make_output(q), chunks, amax_workspace, rule, scale_out, nullptr, DelayedUpdate{},
+                   zero_next);
+    // Launched: the amax slot is now written and zero_next zeroed, both in stream order.
+    if (err == cudaSuccess && zero_next) slots->used = true;
   });
   return err;
 }
@@ -325,7 +346,7 @@ cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool u
     // An empty tensor still launches one block, which records amax 0.
     err = launch(quantize_chunks_kernel<FP8EXT_TYPES(in, fmt), false, true>,
                  grid_blocks(q.rows, chunks, kQuantizeRowsPerStep), dim3(kThreads), stream, in, make_output(q), chunks,
-                 scale, rule, scale_used, amax_workspace, update);
+                 scale, rule, scale_used, amax_workspace, update, nullptr);
   });
   return err;
 }

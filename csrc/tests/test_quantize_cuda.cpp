@@ -168,6 +168,88 @@ FP8EXT_TEST(cuda_delayed_history_matches_cpu) {
   }
 }
 
+// ZeroedAmaxSlots (quantize_cuda.h): the two passes take the amax in the slot
+// handed to them and zero the other, which starts as garbage here; the calls
+// alternate slots without a sync, the amax falling 16x a step, so a slot left
+// unzeroed would keep an earlier, larger amax. A one-pass call (16 x 100) and
+// the kept-share kernel leave the slots alone and say so.
+FP8EXT_TEST(cuda_per_tensor_zeroed_amax_slots) {
+  require_gpu();
+  const int64_t rows = 600, cols = 300;  // 180000 elements: past the one-pass kernel's 131072
+  const ScaleRule rule{Fp8Format::kE4M3, 0, false};
+  DeviceBuffer<float> slots(2), work(cuda::kAmaxWorkspaceFloats);
+  const std::vector<float> start = {0.0f, 3.0e38f};
+  slots.upload(start);
+  const int steps = 4;
+  std::vector<DeviceBuffer<float>*> dx, ds;
+  std::vector<DeviceBuffer<uint8_t>*> dq;
+  std::vector<std::vector<float>> xs;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<float> x = random_matrix(rows, cols, 11 + step);
+    for (float& v : x) v = std::isfinite(v) ? std::ldexp(v, -4 * step) : 0.0f;  // finite: the amax is the max
+    xs.push_back(x);
+    dx.push_back(new DeviceBuffer<float>(x.size()));
+    dx.back()->upload(x);
+    ds.push_back(new DeviceBuffer<float>(1));
+    dq.push_back(new DeviceBuffer<uint8_t>(x.size()));
+  }
+  for (int step = 0; step < steps; ++step) {  // no sync between the calls
+    cuda::ZeroedAmaxSlots s{slots.ptr + step % 2, slots.ptr + 1 - step % 2};
+    CUDA_OK(cuda::quantize_per_tensor(ConstMatrix{dx[step]->ptr, DType::kFloat32, rows, cols, cols}, rule,
+                                      Fp8Matrix{dq[step]->ptr, Fp8Format::kE4M3, rows, cols, cols}, ds[step]->ptr,
+                                      work.ptr, nullptr, &s));
+    EXPECT_TRUE(s.used);
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  for (int step = 0; step < steps; ++step) {
+    std::vector<uint8_t> q(xs[step].size());
+    float scale = 0;
+    cpu::quantize_per_tensor(ConstMatrix{xs[step].data(), DType::kFloat32, rows, cols, cols}, rule,
+                             Fp8Matrix{q.data(), Fp8Format::kE4M3, rows, cols, cols}, &scale);
+    EXPECT_EQ_CTX(ds[step]->download()[0], scale, "step " + std::to_string(step));
+    EXPECT_TRUE(dq[step]->download() == q);
+    delete dx[step];
+    delete ds[step];
+    delete dq[step];
+  }
+  // The last call used slot 1 and zeroed slot 0.
+  EXPECT_EQ(slots.download()[0], 0.0f);
+  // Other paths (sm_90 only: elsewhere these shapes take the two passes): the slots untouched, `used` false.
+  int major = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  if (major != 9) return;
+  const std::vector<float> marked = {0.0f, 7.0f};
+  slots.upload(marked);
+  DeviceBuffer<float> small(16 * 100), big(rows * cols), s1(1);
+  DeviceBuffer<uint8_t> q1(rows * cols);
+  small.upload(std::vector<float>(small.n, 1.0f));
+  big.upload(std::vector<float>(big.n, 1.0f));
+  cuda::ZeroedAmaxSlots s{slots.ptr, slots.ptr + 1};
+  CUDA_OK(cuda::quantize_per_tensor(ConstMatrix{small.ptr, DType::kFloat32, 16, 100, 100}, rule,
+                                    Fp8Matrix{q1.ptr, Fp8Format::kE4M3, 16, 100, 100}, s1.ptr, work.ptr, nullptr, &s));
+  EXPECT_TRUE(!s.used);
+  setenv("FP8EXT_QUANT_KEEP", "1", 1);
+  CUDA_OK(cuda::quantize_per_tensor(ConstMatrix{big.ptr, DType::kFloat32, rows, cols, cols}, rule,
+                                    Fp8Matrix{q1.ptr, Fp8Format::kE4M3, rows, cols, cols}, s1.ptr, work.ptr, nullptr,
+                                    &s));
+  unsetenv("FP8EXT_QUANT_KEEP");
+  EXPECT_TRUE(!s.used);
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_TRUE(slots.download() == marked);
+  float one_scale = 0;
+  std::vector<uint8_t> q_cpu(big.n);
+  const std::vector<float> ones(big.n, 1.0f);
+  cpu::quantize_per_tensor(ConstMatrix{ones.data(), DType::kFloat32, rows, cols, cols}, rule,
+                           Fp8Matrix{q_cpu.data(), Fp8Format::kE4M3, rows, cols, cols}, &one_scale);
+  EXPECT_EQ(s1.download()[0], one_scale);
+  // Slots that cannot be both zero and zeroed are refused.
+  cuda::ZeroedAmaxSlots same{slots.ptr, slots.ptr};
+  EXPECT_EQ(int(cuda::quantize_per_tensor(ConstMatrix{big.ptr, DType::kFloat32, rows, cols, cols}, rule,
+                                          Fp8Matrix{q1.ptr, Fp8Format::kE4M3, rows, cols, cols}, s1.ptr, work.ptr,
+                                          nullptr, &same)),
+            int(cudaErrorInvalidValue));
+}
+
 // The group kernel derives its scales with fast_quotient: one 128-wide group per
 // row, each row at its own magnitude (2^-150 to 2^127, so denormal, tiny, huge
 // and overflowing groups all occur), under several margins and power-of-two rules.

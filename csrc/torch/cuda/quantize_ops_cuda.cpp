@@ -12,6 +12,7 @@
 
 #include "../quantize_outputs.h"
 #include "../tensor_checks.h"
+#include "amax_slots.h"
 #include "cuda_status.h"
 #include "fp8ext/quantize_cuda.h"
 
@@ -184,11 +185,15 @@ cudaError_t quantize_per_block_launch(const ConstMatrix& x, const ScaleRule& rul
   return cuda::quantize_per_block(x, rule, q, scales, stream);
 }
 
-// Current scaling with its amax workspace.
+// Current scaling with its amax workspace, and in eager calls the stream's
+// amax slots (amax_slots.h), which spare the two passes their zeroing kernel.
 cudaError_t quantize_per_tensor_launch(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q, float* scale,
                                        cudaStream_t stream) {
   at::Tensor amax = amax_workspace();
-  return cuda::quantize_per_tensor(x, rule, q, scale, amax.data_ptr<float>(), stream);
+  AmaxSlotsLease lease(stream);
+  const cudaError_t err = cuda::quantize_per_tensor(x, rule, q, scale, amax.data_ptr<float>(), stream, lease.slots());
+  lease.finish(err == cudaSuccess);
+  return err;
 }
 
 }  // namespace

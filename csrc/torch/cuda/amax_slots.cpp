@@ -1,0 +1,96 @@
+#include "amax_slots.h"
+
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "cuda_status.h"
+
+namespace fp8ext::torch_ops {
+
+struct StreamAmaxSlots {
+  std::mutex mutex;
+  at::Tensor slots;  // two floats on the stream's device, never freed
+  int next = 0;      // the slot that is zero now
+  bool needs_zeroing = true;
+};
+
+namespace {
+
+bool zero_free_enabled() {
+  const char* v = std::getenv("FP8EXT_QUANT_ZERO_FREE");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
+// Capturing, or the status unknown (the legacy stream while another stream
+// captures): no slots, and the call goes the way it always went.
+bool maybe_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// The pair of (device, stream), made on first use; nullptr if the stream has
+// no id. Keyed by cudaStreamGetId, which a process never hands out twice: a
+// destroyed stream's handle can come back for a new stream while the old
+// stream's last call still runs. The map is never freed, so no CUDA memory is
+// released while the runtime shuts down at exit.
+StreamAmaxSlots* pair_of(int device, cudaStream_t stream) {
+  unsigned long long id = 0;
+  if (cudaStreamGetId(stream, &id) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  static std::mutex map_mutex;
+  static auto* pairs = new std::map<std::pair<int, unsigned long long>, std::unique_ptr<StreamAmaxSlots>>();
+  std::lock_guard<std::mutex> lock(map_mutex);
+  auto& pair = (*pairs)[{device, id}];
+  if (!pair) pair = std::make_unique<StreamAmaxSlots>();
+  return pair.get();
+}
+
+}  // namespace
+
+AmaxSlotsLease::AmaxSlotsLease(cudaStream_t stream) {
+  if (!zero_free_enabled() || maybe_capturing(stream)) return;
+  const int device = c10::cuda::current_device();
+  StreamAmaxSlots* pair = pair_of(device, stream);
+  if (!pair) return;
+  lock_ = std::unique_lock<std::mutex>(pair->mutex);
+  if (!pair->slots.defined())
+    pair->slots = at::empty({2}, at::TensorOptions().device(at::kCUDA, device).dtype(at::kFloat));
+  if (pair->needs_zeroing) {  // first use, or after a call that did not finish
+    check_cuda_status(cudaMemsetAsync(pair->slots.data_ptr(), 0, 2 * sizeof(float), stream),
+                      "zeroing the amax slots");
+    pair->needs_zeroing = false;
+    pair->next = 0;
+  }
+  float* base = pair->slots.data_ptr<float>();
+  slots_.amax = base + pair->next;
+  slots_.zero_next = base + (1 - pair->next);
+  pair_ = pair;
+}
+
+AmaxSlotsLease::~AmaxSlotsLease() {
+  if (pair_ && !finished_) pair_->needs_zeroing = true;
+}
+
+void AmaxSlotsLease::finish(bool launched_ok) {
+  finished_ = true;
+  if (!pair_) return;
+  if (!launched_ok) {
+    pair_->needs_zeroing = true;  // the amax pass may have run without the quantize pass
+  } else if (slots_.used) {
+    pair_->next = 1 - pair_->next;
+  }
+}
+
+}  // namespace fp8ext::torch_ops
