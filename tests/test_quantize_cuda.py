@@ -348,9 +348,10 @@ def test_cuda_per_tensor_eager_calls_around_the_kept_kernel_and_a_graph(seed, mo
 
 def test_cuda_per_tensor_eager_calls_on_several_streams(seed):
     """Each stream has its own slots: two streams (and the default one) run
-    falling sequences at once, unsynchronized with each other."""
+    falling sequences at once, unsynchronized with each other, at amaxes 1x, 2x
+    and 4x apart, so a call that met another stream's amax would show it."""
     streams = [torch.cuda.Stream(), torch.cuda.Stream(priority=-1)]
-    seqs = [falling_inputs(TWO_PASSES, seed + 10 * i, 5) for i in range(3)]
+    seqs = [[x * 2.0**i for x in falling_inputs(TWO_PASSES, seed + 10 * i, 5)] for i in range(3)]
     torch.cuda.synchronize()
     outs = [[], [], []]
     for step in range(5):
@@ -363,12 +364,38 @@ def test_cuda_per_tensor_eager_calls_on_several_streams(seed):
         assert_per_tensor_matches_cpu(seqs[i], outs[i])
 
 
+def test_cuda_per_tensor_eager_calls_from_several_threads_on_one_stream(seed):
+    """Host threads sharing a stream: the pair's lock keeps each call's slot
+    and its parity flip together (the ops run without the GIL)."""
+    import threading
+    seqs = [[x * 2.0**i for x in falling_inputs(TWO_PASSES, seed + 10 * i, 4)] for i in range(4)]
+    outs = [[] for _ in seqs]
+    torch.cuda.synchronize()
+
+    def run(i):
+        for x in seqs[i]:
+            outs[i].append(per_tensor(x))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(seqs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    torch.cuda.synchronize()
+    for i, seq in enumerate(seqs):
+        assert_per_tensor_matches_cpu(seq, outs[i])
+
+
 # FP8EXT_POISON_WORKSPACE=1: the binding fills the per-tensor recipes' workspace
 # with FLT_MAX before each call. One pass (16 x 4096), two passes (one and
-# several x-blocks a row, unaligned), the empty tensor, and delayed scaling.
+# several x-blocks a row, unaligned), the empty tensor, and delayed scaling;
+# the two passes read the workspace only without the stream's amax slots
+# (FP8EXT_QUANT_ZERO_FREE=0, as under graph capture).
+@pytest.mark.parametrize("zero_free", ["1", "0"])
 @pytest.mark.parametrize("shape", [(16, 4096), (2048, 4100), (3, 1_500_000), (0, 4096)], ids=str)
-def test_cuda_per_tensor_recipes_take_no_workspace_as_zeroed(shape, seed, monkeypatch):
+def test_cuda_per_tensor_recipes_take_no_workspace_as_zeroed(shape, zero_free, seed, monkeypatch):
     monkeypatch.setenv("FP8EXT_POISON_WORKSPACE", "1")
+    monkeypatch.setenv("FP8EXT_QUANT_ZERO_FREE", zero_free)
     x = random_input(shape, torch.bfloat16, seed, non_finite=True)
     q, s = per_tensor(x.cuda())
     q_cpu, s_cpu = per_tensor(x)

@@ -2,11 +2,12 @@
 // passes run without the workspace-zeroing kernel (cuda::ZeroedAmaxSlots in
 // fp8ext/quantize_cuda.h says what the kernels do with them).
 //
-// Each (device, stream) that makes an eager call gets two floats, zeroed on
-// that stream when first used and never freed. Calls on the stream take the
-// slots in turn; the lease holds the pair's lock from before the launches until
-// after, so host threads sharing a stream enqueue in the order they flip the
-// parity. None is handed out while the stream is capturing a CUDA graph (the
+// Each (device, stream) whose eager calls are large enough for the two passes
+// gets two floats, zeroed on that stream when first used and never freed (the
+// process's first 1024 such streams; later ones take the zeroing kernel).
+// Calls on the stream take the slots in turn; the lease holds the pair's lock
+// from before the launches until after, so host threads sharing a stream
+// enqueue in the order they flip the parity. None is handed out while the stream is capturing a CUDA graph (the
 // graph's replays would reuse one slot without zeroing it; those calls keep the
 // zeroing kernel), or with FP8EXT_QUANT_ZERO_FREE=0 in the environment (read at
 // each call, so one process can time both ways).
@@ -24,8 +25,9 @@ struct StreamAmaxSlots;  // one stream's pair and its parity (amax_slots.cpp)
 
 class AmaxSlotsLease {
  public:
-  // The slots for an eager call on `stream` (of the current device), or a lease without slots.
-  explicit AmaxSlotsLease(cudaStream_t stream);
+  // The slots for an eager call on `stream` (of the current device), or a lease
+  // without slots (also when not `wanted`).
+  AmaxSlotsLease(cudaStream_t stream, bool wanted);
   AmaxSlotsLease(const AmaxSlotsLease&) = delete;
   AmaxSlotsLease& operator=(const AmaxSlotsLease&) = delete;
   // Without finish(true) (an error, an exception) the pair is zeroed again before its next use.

@@ -190,7 +190,8 @@ cudaError_t quantize_per_block_launch(const ConstMatrix& x, const ScaleRule& rul
 cudaError_t quantize_per_tensor_launch(const ConstMatrix& x, const ScaleRule& rule, const Fp8Matrix& q, float* scale,
                                        cudaStream_t stream) {
   at::Tensor amax = amax_workspace();
-  AmaxSlotsLease lease(stream);
+  // Small tensors take the one-pass kernel on sm_90 (no amax slot): spare them the lease's host work.
+  AmaxSlotsLease lease(stream, x.rows * x.cols > cuda::kOnePassMaxElements);
   const cudaError_t err = cuda::quantize_per_tensor(x, rule, q, scale, amax.data_ptr<float>(), stream, lease.slots());
   lease.finish(err == cudaSuccess);
   return err;
