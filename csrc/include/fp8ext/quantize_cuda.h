@@ -35,9 +35,10 @@ constexpr int kAmaxWorkspaceFloats = 4;
 // `amax` must be zero on entry, and the quantize pass zeroes `zero_next` (the
 // slot the call before on the stream used) after its PDL wait, once every
 // earlier call on the stream has completed (as long as every kernel launched
-// with PDL in between waits before it finishes, as fp8ext's and CUTLASS's do). So a pair serves calls on one
-// stream only, in the order they were launched, and never a CUDA graph (its
-// replays would reuse one slot without zeroing it). `used` says whether the
+// with PDL in between waits before it finishes, as fp8ext's and CUTLASS's
+// do). So a pair serves calls on one stream only, in the order they were
+// launched, and never a CUDA graph (its replays would reuse one slot without
+// zeroing it). `used` says whether the
 // call took the two passes and launched both; if not, the slots are as they
 // were (the other paths zero amax_workspace as before), unless the amax pass
 // launched and the quantize pass did not (an error is returned then, and the

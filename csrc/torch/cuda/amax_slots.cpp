@@ -9,7 +9,6 @@
 #include <memory>
 #include <utility>
 
-#include "cuda_status.h"
 
 namespace fp8ext::torch_ops {
 

@@ -7,10 +7,11 @@
 // process's first 1024 such streams; later ones take the zeroing kernel).
 // Calls on the stream take the slots in turn; the lease holds the pair's lock
 // from before the launches until after, so host threads sharing a stream
-// enqueue in the order they flip the parity. None is handed out while the stream is capturing a CUDA graph (the
-// graph's replays would reuse one slot without zeroing it; those calls keep the
-// zeroing kernel), or with FP8EXT_QUANT_ZERO_FREE=0 in the environment (read at
-// each call, so one process can time both ways).
+// enqueue in the order they flip the parity. None is handed out while the
+// stream is capturing a CUDA graph (the graph's replays would reuse one slot
+// without zeroing it; those calls keep the zeroing kernel), or with
+// FP8EXT_QUANT_ZERO_FREE=0 in the environment (read at each call, so one
+// process can time both ways).
 #pragma once
 
 #include <cuda_runtime_api.h>
