@@ -54,7 +54,9 @@ def _worker(rank, world, seed):
     got = teacher_forced(part, local)  # TP = 2
     e_want, e_got, e_diff = rel_err(want, hi), rel_err(got, hi), rel_err(got, want)
     msg = f"rank {rank}: err(tp2, hi)={e_got:.4g} err(tp1, hi)={e_want:.4g} err(tp2, tp1)={e_diff:.4g}"
-    # As close to the unquantized model as TP = 1 is, and off TP = 1 by FP8 noise only.
+    # As close to the unquantized model as TP = 1 is, and off TP = 1 by FP8 noise only; TP = 1's own
+    # error FP8-sized (the CPU twin in test_parallel.py reads 0.03-0.04), so a fault both share fails.
+    assert e_want <= 0.25, msg
     assert e_got <= 1.25 * e_want + 1e-3, msg
     assert e_diff <= 1.5 * e_want + 1e-3, msg
     # End to end with graphs (NCCL inside the capture): every request runs to its length.

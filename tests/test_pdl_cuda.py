@@ -31,8 +31,8 @@ def pdl(on: bool):
     return env(FP8EXT_PDL="1" if on else "0")
 
 
-def chain(recipe):
-    torch.manual_seed(1)
+def chain(recipe, seed):
+    torch.manual_seed(seed)  # the same weights for both launch modes
     model = nn.Sequential(*(nn.Linear(k, n) for k, n in zip(WIDTHS, WIDTHS[1:]))).to("cuda", torch.bfloat16)
     fp8ext.convert(model, recipe, keep_lm_head=False)
     assert all(isinstance(m, fp8ext.FP8Linear) for m in model)
@@ -49,10 +49,10 @@ def test_pdl_chain_matches_plain_launches(recipe, m, seed):
     x = torch.randn(m, WIDTHS[0], device="cuda", dtype=torch.bfloat16)
     steps = 3  # delayed scaling's history moves each step: the sequences must match step by step
     with pdl(False), torch.no_grad():
-        plain_model = chain(RECIPES[recipe]())
+        plain_model = chain(RECIPES[recipe](), seed)
         plain = [plain_model(x).clone() for _ in range(steps)]
     with pdl(True), torch.no_grad():
-        model = chain(RECIPES[recipe]())
+        model = chain(RECIPES[recipe](), seed)
         eager = [model(x).clone() for _ in range(steps)]
     for got, want in zip(eager, plain):
         assert torch.isfinite(want).all()
@@ -65,10 +65,10 @@ def test_pdl_chain_in_a_cuda_graph(recipe, m, seed):
     x = torch.randn(m, WIDTHS[0], device="cuda", dtype=torch.bfloat16)
     calls, replays = 4, 5
     with pdl(False), torch.no_grad():  # delayed scaling's history moves each call: compare call by call
-        plain_model = chain(RECIPES[recipe]())
+        plain_model = chain(RECIPES[recipe](), seed)
         plain = [plain_model(x).clone() for _ in range(1 + calls * replays)]
     with pdl(True), torch.no_grad():
-        model = chain(RECIPES[recipe]())
+        model = chain(RECIPES[recipe](), seed)
         # One warm-up call outside the graph (call 0), then the calls back to
         # back, each layer's input the previous layer's output.
         graph, outs = capture(lambda: [model(x) for _ in range(calls)], warm_up=lambda: model(x))

@@ -227,6 +227,37 @@ def test_non_finite_inputs_propagate(seed):
     assert rel_error(d[rows], reference(a, b, sa, sb, None)[rows]) < TOLERANCE[torch.bfloat16]
 
 
+# Every kernel family (the GEMV, the swap-AB tiles, 64- and 128-row tiles, split-K, the E5M2
+# kernel): a NaN code in A poisons its row, one in B its column, a NaN per-row scale or bias
+# element its row or column; an E5M2 infinity gives a non-finite row as in the reference (the
+# tensor cores may make NaN of what the reference calls infinite). The rest is as the reference.
+@pytest.mark.parametrize("config,m,fp8", [("gemv", 1, F8), ("swap_small", 16, F8), ("swap_medium", 48, F8),
+                                          ("medium", 100, F8), ("large", 300, F8), ("split_k", 48, F8),
+                                          ("auto", 3, E5), ("auto", 300, E5)], ids=str)
+def test_non_finite_codes_scales_and_bias_in_every_kernel(monkeypatch, config, m, fp8, seed):
+    if config == "split_k":
+        monkeypatch.setenv("FP8EXT_GEMM_SPLITS", "2")
+    out_dtype = torch.float32 if fp8 == E5 else torch.bfloat16  # the E5M2 kernel writes fp32
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = operands(m, 264, 512, "cuda", fp8, fp8, True, True, out_dtype, g)
+    b[7, 9] = float("nan")
+    sb[100] = float("nan")
+    bias[200] = float("nan")
+    if m > 1:  # at M = 1 a poisoned row would leave nothing finite
+        a[m // 2, 5] = float("nan")
+    if m > 2:
+        sa[m - 1] = float("nan")
+        if fp8 == E5:
+            a[0, 11] = float("inf")
+    d = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=out_dtype, bias=bias, config=config).cpu()
+    ref = reference(a.cpu(), b.cpu(), sa.cpu(), sb.cpu(), bias.cpu())
+    assert torch.isnan(ref[:, 7]).all() and torch.isnan(ref[:, 100]).all() and torch.isnan(ref[:, 200]).all()
+    assert torch.equal(torch.isfinite(d), torch.isfinite(ref))
+    assert torch.isnan(d)[torch.isnan(ref)].all()
+    finite = torch.isfinite(ref)
+    assert rel_error(d[finite], ref[finite]) < TOLERANCE[out_dtype]
+
+
 @pytest.mark.parametrize("offset", [0, 8])
 def test_strided_and_offset_operands(offset, seed):
     """A view with padded rows (stride 1040 != K) is read in place when 16-byte

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "harness.h"
@@ -27,18 +29,30 @@ inline int sm_count_or_h200() {
   return sms;
 }
 
+// A test cannot go on without its buffers: a failed allocation or copy ends the
+// program with the CUDA error (a kernel fault surfaces here too, at the next copy).
+inline void require_cuda(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  std::fprintf(stderr, "%s: CUDA error: %s\n", what, cudaGetErrorString(err));
+  std::exit(1);
+}
+
 template <typename T>
 struct DeviceBuffer {
   T* ptr = nullptr;
   size_t n;
-  explicit DeviceBuffer(size_t count) : n(count) { cudaMalloc(&ptr, std::max<size_t>(1, n) * sizeof(T)); }
+  explicit DeviceBuffer(size_t count) : n(count) {
+    require_cuda(cudaMalloc(&ptr, std::max<size_t>(1, n) * sizeof(T)), "cudaMalloc");
+  }
   ~DeviceBuffer() { cudaFree(ptr); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void upload(const std::vector<T>& v) { cudaMemcpy(ptr, v.data(), n * sizeof(T), cudaMemcpyHostToDevice); }
+  void upload(const std::vector<T>& v) {
+    require_cuda(cudaMemcpy(ptr, v.data(), n * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  }
   std::vector<T> download() const {
     std::vector<T> v(n);
-    cudaMemcpy(v.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost);
+    require_cuda(cudaMemcpy(v.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
     return v;
   }
 };
