@@ -9,7 +9,7 @@ if grep -q H200 $OUT/gpu0.txt; then
   tail -14 $OUT/bench_quantize.log
 fi
 (ctest --test-dir build/device --output-on-failure > $OUT/ctest.log 2>&1; tail -3 $OUT/ctest.log) &
-(cd /tmp && timeout 150 python3 -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml=$OUT/gpu.xml \
+(cd /tmp && timeout 100 python3 -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml=$OUT/gpu.xml \
   "$R/tests/test_kv_cache_cuda.py::test_non_finite_values_propagate_as_in_the_reference" \
   "$R/tests/test_kv_cache_cuda.py::test_int64_tables_out_of_int32_range_give_nan" \
   "$R/tests/test_kv_cache_cuda.py::test_bad_pages_and_lengths_give_nan_not_a_crash" \
