@@ -121,3 +121,72 @@ def test_auto_checks_loss_fn_candidates_and_empty_selections():
             run(candidates=bad)
     summary = run(exclude="*")
     assert not summary.converted and summary.fp8_flop_fraction == 0.0
+
+
+class HookedLM(TinyLM):
+    """TinyLM with the ways a model may call its linears: an in-place op on a
+    layer's output, one layer called twice, a call by keyword."""
+    def __init__(self, inplace=False, twice=False, keyword=False):
+        super().__init__()
+        self.inplace, self.twice, self.keyword = inplace, twice, keyword
+
+    def forward(self, ids):
+        h = self.embed(ids)
+        u = self.up(input=h) if self.keyword else self.up(h)
+        h = h + self.down(torch.relu_(u) if self.inplace else torch.relu(u))
+        m = self.mix(h)
+        if self.twice:
+            m = m + self.mix(torch.tanh(h))
+        return self.lm_head(h + m)
+
+
+def hooked(**kw):
+    torch.manual_seed(0)
+    return HookedLM(**kw), [torch.randint(0, 64, (2, 16)) for _ in range(3)]
+
+
+def test_an_in_place_op_after_a_layer_changes_no_estimate():
+    """y and dL/dy are the layer's own, not what an in-place ReLU made of them."""
+    names = ["up", "down", "mix"]
+    model, batches = hooked()
+    want = measure_errors(model, names, batches, None)
+    model, batches = hooked(inplace=True)
+    got = measure_errors(model, names, batches, None)
+    for n in names:
+        assert got[n] == pytest.approx(want[n], rel=1e-4), n
+
+
+def test_a_layer_called_twice_counts_both_calls():
+    """A shared layer's estimate is the sum of what its two calls would cost as two copies."""
+    model, batches = hooked(twice=True)
+    shared = measure_errors(model, ["mix"], batches, None)["mix"]
+
+    class TwoCopies(HookedLM):
+        def forward(self, ids):
+            h = self.embed(ids)
+            h = h + self.down(torch.relu(self.up(h)))
+            return self.lm_head(h + self.mix(h) + self.mix2(torch.tanh(h)))
+
+    torch.manual_seed(0)
+    copies = TwoCopies()
+    copies.mix2 = nn.Linear(48, 48)
+    copies.mix2.load_state_dict(copies.mix.state_dict())
+    both = measure_errors(copies, ["mix", "mix2"], batches, None)
+    for label in shared:
+        assert shared[label] == pytest.approx(both["mix"][label] + both["mix2"][label], rel=1e-4), label
+
+
+def test_layers_called_by_keyword_are_measured_calibrated_and_gptq_rounded():
+    """layer(input=h): the hooks read the keyword, as for a positional call."""
+    names = ["up", "down", "mix"]
+    model, batches = hooked()
+    want = measure_errors(model, names, batches, None)
+    model, batches = hooked(keyword=True)
+    assert measure_errors(model, names, batches, None) == want
+    s = fp8ext.convert(model, "auto", calibration=batches, max_error=1.0)  # GPTQ's Hessians, then auto
+    assert [n for n, _ in s.converted] == names
+    static, kw_static = (hooked(keyword=k)[0] for k in (False, True))
+    for m in (static, kw_static):
+        fp8ext.convert(m, fp8ext.recipes.PerTensorStatic(), keep_lm_head=True)
+        fp8ext.calibrate(m, batches, progress=False)
+    assert torch.equal(static.up.input_scale, kw_static.up.input_scale)

@@ -135,9 +135,9 @@ def test_state_dict_round_trip_is_bit_identical(recipe, tmp_path, seed):
 
 def test_bad_input_raises_clear_errors():
     layer = FP8Linear(16, 8)
-    with pytest.raises(ValueError, match=r"x must be \[\.\.\., 16\]"):
+    with pytest.raises(ValueError, match=r"input must be \[\.\.\., 16\]"):
         layer(torch.randn(4, 15))
-    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+    with pytest.raises(TypeError, match="input must be a torch.Tensor"):
         layer([1.0] * 16)
     with pytest.raises(TypeError, match="linear must be a torch.nn.Linear"):
         FP8Linear.from_linear(nn.Conv1d(1, 1, 1))

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fp8ext.nn.batches import batch_tokens, check_batches, eval_mode, is_token_batch, run_model
+from fp8ext.nn.batches import batch_tokens, check_batches, eval_mode, is_token_batch, linear_input, run_model
 from fp8ext.nn.gptq import fp8_layer
 from fp8ext.recipes import BlockWise, CurrentScaling, Recipe, RowWise
 
@@ -88,7 +88,8 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
     outputs; no parameter's .grad is touched). Memory: one batch's activations
     (and with ``hessians``, the GPTQ-rounded candidates below).
     With a custom ``loss_fn`` the estimate is that loss's increase per batch.
-    A layer the batches never ran (or that does not reach the loss) gets inf.
+    A layer called more than once per forward counts every call; one the
+    batches never ran (or that does not reach the loss) gets inf.
     With ``hessians`` (:func:`fp8ext.nn.gptq.input_hessians`) the candidates'
     weights are GPTQ-rounded; those layers are made once and kept (one byte per
     weight per candidate) in ``layers`` ((name, label) -> FP8Linear, a dict the
@@ -115,9 +116,16 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
         for p in params:  # so that the layers' outputs are part of a graph
             p.requires_grad_(True)
         for batch in check_batches(batches):
-            captured = {}
+            captured = {}  # name -> [(input, output)], one pair per call
+
+            # The model goes on with a copy of the output: an in-place op after the layer
+            # (ReLU(inplace=True)) changes the copy, so y and dL/dy stay the layer's own.
+            def record(name, args, kwargs, out):
+                captured.setdefault(name, []).append((linear_input(args, kwargs).detach(), out))
+                return out.clone()
+
             handles = [model.get_submodule(n).register_forward_hook(
-                lambda _m, args, out, n=n: captured.__setitem__(n, (args[0].detach(), out))) for n in names]
+                lambda _m, args, kwargs, out, n=n: record(n, args, kwargs, out), with_kwargs=True) for n in names]
             try:
                 with torch.enable_grad(), eval_mode(model):
                     output = run_model(model, batch)
@@ -128,25 +136,27 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
                     if not torch.isfinite(loss.detach()).all():
                         raise ValueError(f"the calibration loss is {loss.item()} on batch {seen}: non-finite "
                                          "inputs or a loss_fn that overflows")
-                    ran = [n for n in names if n in captured]
-                    grads = torch.autograd.grad(loss, [captured[n][1] for n in ran], allow_unused=True)
+                    calls = [(n, x, y) for n in names for x, y in captured.get(n, ())]
+                    grads = torch.autograd.grad(loss, [y for _, _, y in calls], allow_unused=True) if calls else ()
             finally:
                 for h in handles:
                     h.remove()
             seen += 1
             tokens += batch_tokens(batch)[:, 1:].numel() if loss_fn is causal_lm_loss else 1
             with torch.no_grad():
-                for n, g in zip(ran, grads):
+                reached = set()
+                for (n, x, y), g in zip(calls, grads):  # a layer called twice counts both calls
                     if g is None:
                         continue
-                    runs[n] += 1
-                    x, y = captured[n]
+                    reached.add(n)
                     g2 = g.reshape(-1, g.shape[-1]).float()
                     y2 = y.detach().reshape(g2.shape).float()
                     for label, recipe in cands:
                         dy = layer_for(n, label, recipe)(x).float().reshape(g2.shape) - y2
                         sums[n][label] += 0.5 * (g2 * dy).sum(-1).square().sum().item()
-            del captured, grads, output, loss
+                for n in reached:
+                    runs[n] += 1
+            del captured, calls, grads, output, loss
     finally:
         for p, flag in zip(params, flags):
             p.requires_grad_(flag)

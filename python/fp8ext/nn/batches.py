@@ -1,5 +1,6 @@
 """How calibration-style passes (calibrate, GPTQ's Hessians, recipe="auto") feed
-a batch to a model, and the mode they run it in."""
+a batch to a model, the mode they run it in, and what their hooks read of a
+layer's call."""
 from __future__ import annotations
 
 import contextlib
@@ -60,3 +61,9 @@ def eval_mode(model: nn.Module):
 
 def is_token_batch(ids) -> bool:
     return isinstance(ids, torch.Tensor) and ids.dim() == 2 and not ids.is_floating_point()
+
+
+def linear_input(args: tuple, kwargs: dict) -> torch.Tensor:
+    """The input of a Linear's call as a hook registered with ``with_kwargs=True``
+    sees it: positional, or by keyword (``layer(input=h)``)."""
+    return args[0] if args else kwargs["input"]

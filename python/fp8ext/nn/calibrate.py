@@ -14,7 +14,7 @@ from torch import nn
 
 from fp8ext.checks import check_positive_int
 from fp8ext.formats import E4M3, FP8Format, get_format
-from fp8ext.nn.batches import check_batches, eval_mode, run_model
+from fp8ext.nn.batches import check_batches, eval_mode, linear_input, run_model
 from fp8ext.nn.linear import FP8Linear
 from fp8ext.ops.reference import amax_finite, scale_from_amax
 from fp8ext.recipes import check_margin
@@ -106,8 +106,8 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
                  if isinstance(m, (nn.Linear, FP8Linear)) and name.rpartition(".")[2] in KV_PROJ_NAMES}
 
     def record_input(name):
-        def hook(_module, args):
-            amax = amax_finite(args[0])
+        def hook(_module, args, kwargs):
+            amax = amax_finite(linear_input(args, kwargs))
             prev = result.input_amax.get(name)
             result.input_amax[name] = amax if prev is None else torch.maximum(prev, amax)
         return hook
@@ -128,7 +128,7 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
             d[kv] = amax if kv not in d else torch.maximum(d[kv], amax)
         return hook
 
-    handles = [m.register_forward_pre_hook(record_input(n)) for n, m in fp8_layers.items()]
+    handles = [m.register_forward_pre_hook(record_input(n), with_kwargs=True) for n, m in fp8_layers.items()]
     handles += [m.register_forward_hook(record_kv(n)) for n, m in kv_layers.items()]
     try:
         with contextlib.ExitStack() as stack, torch.no_grad():

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from fp8ext import quantize as quantize_api
-from fp8ext.nn.batches import check_batches, eval_mode, run_model
+from fp8ext.nn.batches import check_batches, eval_mode, linear_input, run_model
 from fp8ext.nn.linear import FP8Linear
 from fp8ext.ops.reference import saturating_cast
 
@@ -49,8 +49,8 @@ def input_hessians(model: nn.Module, names: list, batches: Iterable, device=None
         return x_device if d.type == x_device.type and d.index is None else d
 
     def accumulate(name, args, kwargs):
-        x = args[0] if args else kwargs["input"]
-        x = x.detach().reshape(-1, x.shape[-1]).double()
+        x = linear_input(args, kwargs).detach()
+        x = x.reshape(-1, x.shape[-1]).double()
         where = home(x.device)
         if name not in hessians:
             hessians[name] = torch.zeros(x.shape[1], x.shape[1], dtype=torch.float64, device=where)

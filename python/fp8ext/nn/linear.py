@@ -96,11 +96,12 @@ class FP8Linear(nn.Module):
             return ScalingState(self.amax_history, self.input_scale)
         return None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 nn.Linear's name: layer(input=h) works
+        x = input
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+            raise TypeError(f"input must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() < 1 or x.shape[-1] != self.in_features:
-            raise ValueError(f"x must be [..., {self.in_features}], got shape {tuple(x.shape)}")
+            raise ValueError(f"input must be [..., {self.in_features}], got shape {tuple(x.shape)}")
         lead = x.shape[:-1]
         x2 = x.reshape(math.prod(lead), self.in_features)
         if x2.shape[0] == 0 and self.recipe.activation_mode == "delayed":
