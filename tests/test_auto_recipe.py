@@ -190,3 +190,47 @@ def test_layers_called_by_keyword_are_measured_calibrated_and_gptq_rounded():
         fp8ext.convert(m, fp8ext.recipes.PerTensorStatic(), keep_lm_head=True)
         fp8ext.calibrate(m, batches, progress=False)
     assert torch.equal(static.up.input_scale, kw_static.up.input_scale)
+
+
+class KeywordLM(TinyLM):
+    """TinyLM called the Hugging Face way; position-wise, so padding after a
+    sequence changes nothing before it."""
+
+    def forward(self, input_ids, attention_mask=None, labels=None):
+        return super().forward(input_ids)
+
+
+def test_padding_the_attention_mask_zeroes_and_ignored_labels_leave_the_estimate_unchanged():
+    torch.manual_seed(0)
+    model, names = KeywordLM(), ["up", "down", "mix"]
+    row_wise = [("row-wise", RowWise())]  # per-token scales: the padding's rows cannot move the others'
+    ids = [torch.randint(0, 64, (1, 12)) for _ in range(3)]
+    plain = measure_errors(model, names, [{"input_ids": x} for x in ids], row_wise)
+    padded = [{"input_ids": torch.cat([x, torch.randint(0, 64, (1, 5))], 1),
+               "attention_mask": torch.cat([torch.ones(1, 12, dtype=torch.long), torch.zeros(1, 5, dtype=torch.long)], 1)}
+              for x in ids]
+    masked = measure_errors(model, names, padded, row_wise)
+    labelled = [{"input_ids": p["input_ids"], "labels": p["input_ids"].masked_fill(p["attention_mask"] == 0, -100)}
+                for p in padded]
+    for errors in (masked, measure_errors(model, names, labelled, row_wise)):
+        assert errors.keys() == plain.keys()
+        for n in names:
+            assert errors[n]["row-wise"] == pytest.approx(plain[n]["row-wise"], rel=1e-5)
+    # Without the mask the padding's predictions count, and the estimate moves.
+    unmasked = measure_errors(model, names, [{"input_ids": p["input_ids"]} for p in padded], row_wise)
+    assert any(unmasked[n]["row-wise"] != pytest.approx(plain[n]["row-wise"], rel=1e-3) for n in names)
+    with pytest.raises(ValueError, match="attention_mask must be a tensor shaped like its input_ids"):
+        measure_errors(model, names, [{"input_ids": ids[0], "attention_mask": torch.ones(1, 3)}], row_wise)
+    with pytest.raises(ValueError, match="predict no token"):
+        measure_errors(model, names, [{"input_ids": ids[0], "attention_mask": torch.zeros_like(ids[0])}], row_wise)
+
+
+def test_max_error_takes_any_real_number():
+    np = pytest.importorskip("numpy")
+    model, batches = lm_and_batches()
+    s = fp8ext.convert(model, "auto", calibration=batches, max_error=np.float32(1.0), weight_rounding="nearest")
+    assert s.fp8_flop_fraction == 1.0
+    for bad in (True, 0, -1.0, "0.01", torch.tensor(0.01)):
+        model, batches = lm_and_batches()
+        with pytest.raises(ValueError, match="max_error must be a positive number"):
+            fp8ext.convert(model, "auto", calibration=batches, max_error=bad, weight_rounding="nearest")

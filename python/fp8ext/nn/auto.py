@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Mapping
+from numbers import Real
 from typing import Callable, Iterable
 
 import torch
@@ -66,17 +68,44 @@ def _candidates(candidates):
     return out
 
 
-def causal_lm_loss(output, batch) -> torch.Tensor:
-    """Next-token cross-entropy summed over tokens, for [B, T] token ids (the
-    batch, its first element, or its ``input_ids``) and [B, T, vocab] logits (or
-    an output with ``.logits``, as Hugging Face returns)."""
-    logits = getattr(output, "logits", output)
+IGNORE_INDEX = -100  # Hugging Face's label for "no loss here"
+
+
+def lm_targets(batch) -> torch.Tensor | None:
+    """The next-token targets of a batch of [B, T] token ids: ``ids[:, 1:]``, or
+    for a mapping its ``labels[:, 1:]`` (Hugging Face's convention: -100 marks
+    no loss), with the positions its ``attention_mask`` zeroes set to -100, so
+    that padding neither adds to the loss nor counts as a predicted token.
+    None when the batch holds no token ids."""
     ids = batch_tokens(batch)
-    if not (isinstance(logits, torch.Tensor) and logits.dim() == 3 and is_token_batch(ids)
-            and ids.shape == logits.shape[:2]):
+    if not is_token_batch(ids):
+        return None
+    targets = ids[:, 1:]
+    if isinstance(batch, Mapping):
+        labels, mask = batch.get("labels"), batch.get("attention_mask")
+        for name, t in (("labels", labels), ("attention_mask", mask)):
+            if t is not None and not (isinstance(t, torch.Tensor) and t.shape == ids.shape):
+                raise ValueError(f"the batch's {name} must be a tensor shaped like its input_ids "
+                                 f"{tuple(ids.shape)}, got {type(t).__name__} {tuple(getattr(t, 'shape', ()))}")
+        if labels is not None:
+            targets = labels[:, 1:]
+        if mask is not None:
+            targets = targets.masked_fill(mask[:, 1:] == 0, IGNORE_INDEX)
+    return targets
+
+
+def causal_lm_loss(output, batch) -> torch.Tensor:
+    """Next-token cross-entropy summed over the targets of :func:`lm_targets`,
+    for [B, T] token ids (the batch, its first element, or its ``input_ids``)
+    and [B, T, vocab] logits (or an output with ``.logits``, as Hugging Face
+    returns)."""
+    logits = getattr(output, "logits", output)
+    targets = lm_targets(batch)
+    if not (isinstance(logits, torch.Tensor) and logits.dim() == 3 and targets is not None
+            and targets.shape[0] == logits.shape[0] and targets.shape[1] + 1 == logits.shape[1]):
         raise ValueError("the default loss needs [B, T] token ids and [B, T, vocab] logits: pass loss_fn")
-    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), ids[:, 1:].reshape(-1),
-                           reduction="sum")
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
+                           ignore_index=IGNORE_INDEX, reduction="sum")
 
 
 def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
@@ -142,7 +171,7 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
                 for h in handles:
                     h.remove()
             seen += 1
-            tokens += batch_tokens(batch)[:, 1:].numel() if loss_fn is causal_lm_loss else 1
+            tokens += int((lm_targets(batch) != IGNORE_INDEX).sum()) if loss_fn is causal_lm_loss else 1
             with torch.no_grad():
                 reached = set()
                 for (n, x, y), g in zip(calls, grads):  # a layer called twice counts both calls
@@ -164,7 +193,7 @@ def measure_errors(model: nn.Module, names: list, batches: Iterable, candidates,
         raise ValueError("calibration is empty: recipe='auto' needs at least one batch")
     if tokens == 0:
         raise ValueError("the calibration batches predict no token: the default loss needs sequences of at "
-                         "least 2 tokens")
+                         "least 2 tokens, with targets the attention_mask and labels keep")
     return {n: {label: (v / tokens if runs[n] else math.inf) for label, v in d.items()} for n, d in sums.items()}
 
 
@@ -173,7 +202,7 @@ def choose_recipes(model: nn.Module, names: list, calibration, max_error: float,
                    layers: dict | None = None) -> AutoChoice:
     if calibration is None:
         raise ValueError("recipe='auto' needs calibration batches (calibration=...)")
-    if not isinstance(max_error, (int, float)) or isinstance(max_error, bool) or not max_error > 0:
+    if not isinstance(max_error, Real) or isinstance(max_error, bool) or not max_error > 0:
         raise ValueError(f"max_error must be a positive number, got {max_error!r}")
     cands = _candidates(candidates)
     if not names:  # nothing eligible: nothing to measure

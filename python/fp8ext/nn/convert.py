@@ -178,8 +178,9 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
     ``(name, module) -> bool``, or a list of them.
 
     ``recipe="auto"`` runs forward and backward over the ``calibration``
-    batches (token ids of a causal LM; other models pass ``loss_fn(output,
-    batch)``) and estimates, for each eligible layer and each of
+    batches (token ids of a causal LM, or mappings with ``input_ids`` whose
+    ``attention_mask`` zeroes and ``labels`` of -100 are left out of the loss;
+    other models pass ``loss_fn(output, batch)``) and estimates, for each eligible layer and each of
     ``candidates`` (default: per-tensor current, row-wise, block-wise, in order
     of GEMM cost), the relative perplexity increase that quantizing it would
     cause (its output error weighed by the loss gradient: see
