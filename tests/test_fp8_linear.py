@@ -139,6 +139,8 @@ def test_bad_input_raises_clear_errors():
         layer(torch.randn(4, 15))
     with pytest.raises(TypeError, match="input must be a torch.Tensor"):
         layer([1.0] * 16)
+    with pytest.raises(TypeError, match="input must be float32, float16 or bfloat16"):
+        layer(torch.ones(4, 16, dtype=torch.int64))
     with pytest.raises(TypeError, match="linear must be a torch.nn.Linear"):
         FP8Linear.from_linear(nn.Conv1d(1, 1, 1))
     with pytest.raises(TypeError, match="recipe must be"):
@@ -188,6 +190,19 @@ def test_convert_include_exclude_and_tied_weights():
     with pytest.warns(UserWarning, match="matches no nn.Linear"):
         s = convert(TinyLM(), include=[])  # an empty allow-list converts nothing
     assert s.converted == [] and ("blocks.0.up", "not included") in s.skipped
+
+
+def test_a_second_convert_lists_the_layers_already_converted():
+    model = TinyLM()
+    convert(model, RowWise())
+    with pytest.warns(UserWarning, match=r"matches no nn.Linear of the model \(2 matching layers are already "
+                                         r"FP8Linear\)"):
+        s = convert(model, PerTensorStatic(), include="blocks.1.*")
+    assert s.converted == []
+    assert ("blocks.1.up", "already FP8Linear (RowWise)") in s.skipped
+    assert ("blocks.0.down", "already FP8Linear (RowWise)") in s.skipped
+    assert model.blocks[1]["up"].recipe == RowWise()
+    assert "kept 1 in high precision, 4 already FP8Linear" in str(s)
 
 
 def test_convert_lists_the_linear_subclasses_it_keeps():

@@ -26,5 +26,5 @@ def refuse_grad(what: str, *tensors) -> None:
     gradient (FP8Linear has its own straight-through backward and calls them
     under no_grad)."""
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
-        raise RuntimeError(f"{what} has no backward (its FP8 output is not differentiable): call it under "
+        raise RuntimeError(f"{what} has no backward (FP8 codes are not differentiable): call it under "
                            "torch.no_grad() or torch.inference_mode(), or with tensors that do not require grad")

@@ -129,6 +129,19 @@ class DecodePlan:
 
 
 class PagedKVCache:
+    """K and V page pools for ``num_layers`` layers, each [num_pages, page_size,
+    num_kv_heads, head_dim] of ``dtype`` (float8_e4m3fn, float8_e5m2, bfloat16,
+    float16; float32 on the CPU) on ``device``, and the pages each sequence owns
+    (usage: this module's docstring).
+
+    ``scales``: per layer ``{"k_scale": s, "v_scale": s}`` with s a float or a
+    tensor of one value or ``num_kv_heads`` (what
+    ``fp8ext.calibrate(...).kv_scales(fmt)`` returns, as a list or a mapping by
+    layer index); None gives 1.0 (an FP8 cache then warns).
+    ``max_pages_per_seq`` bounds one sequence's pages (default: the pool's);
+    it is the width of a plan's block table. A CUDA cache takes head_dim 64,
+    128 or 256 (the decode kernels')."""
+
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, num_pages: int, page_size: int = 16,
                  dtype: torch.dtype = torch.float8_e4m3fn, device="cpu", scales=None,
                  max_pages_per_seq: int | None = None):
@@ -310,6 +323,11 @@ class PagedKVCache:
     def attention(self, layer: int, q: torch.Tensor, plan: DecodePlan, softmax_scale: float | None = None,
                   window: int = 0, softcap: float = 0.0) -> torch.Tensor:
         """Decode attention of q [batch, H_q, D] (one token per sequence of the plan) over the cache.
+
+        ``softmax_scale`` defaults to 1/sqrt(head_dim). ``window`` > 0 attends
+        to each sequence's last ``window`` tokens only (sliding window; 0: all).
+        ``softcap`` > 0 caps the logits as ``softcap * tanh(logit / softcap)``
+        (Gemma 2's soft-cap; 0: off). Returns [batch, H_q, D] in q's dtype.
 
         On the GPU, FP8 and fp16 caches multiply q by softmax_scale and round it
         to fp16 for the tensor cores: |q * softmax_scale| must stay below 65504,

@@ -63,8 +63,9 @@ def quantize(x: torch.Tensor, recipe: Recipe, role: str = "activation", state: S
     Returns:
         ``(q, scale)``: ``q`` of the recipe's FP8 dtype with x's shape (last dim
         padded); ``scale`` float32 dequantization scales (x ~= q * scale; with
-        static scaling it is ``state.scale`` itself, not a copy, so no kernel
-        runs for it: clone it to keep it past a change of the state):
+        static scaling it is a view of ``state.scale`` (same storage, not a
+        copy, so no kernel runs for it: clone it to keep it past a change of
+        the state):
         per-tensor 0-d; per-token / per-channel [M] / [N]; 1x128 groups logical
         [M, ceil(K/128)] stored M-major (stride (1, round_up(M, 4))); 128x128
         blocks [ceil(N/128), ceil(K/128)] row-major.

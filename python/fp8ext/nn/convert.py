@@ -12,6 +12,7 @@ from torch import nn
 from fp8ext import _native
 from fp8ext.nn.batches import check_batches
 from fp8ext.nn.gptq import fp8_layer, input_hessians
+from fp8ext.nn.linear import FP8Linear
 from fp8ext.recipes import CurrentScaling, Recipe
 
 # A name pattern (fnmatch, on the module's qualified name) or a predicate (name, module) -> bool.
@@ -33,8 +34,10 @@ class ConversionSummary:
     weight_rounding: str = "nearest"               # "nearest" or "gptq"
 
     def __str__(self) -> str:
+        before = sum(reason.startswith("already FP8Linear") for _, reason in self.skipped)
         lines = [f"converted {len(self.converted)} linear layers to FP8 (weights rounded: {self.weight_rounding}), "
-                 f"kept {len(self.skipped)} in high precision"]
+                 f"kept {len(self.skipped) - before} in high precision"
+                 + (f", {before} already FP8Linear" if before else "")]
         if self.fp8_flop_fraction is not None:
             lines[0] += (f"; {100 * self.fp8_flop_fraction:.1f}% of the eligible FLOPs in FP8, estimated "
                          f"perplexity increase {100 * self.estimated_increase:.2f}%")
@@ -87,6 +90,9 @@ def select_linears(model: nn.Module, include=None, exclude=None, keep_lm_head: b
     head = _output_embeddings(model)
     targets, skipped = [], []
     for name, module in model.named_modules():
+        if isinstance(module, FP8Linear) and name:  # converted by an earlier call: said, so a second recipe's
+            skipped.append((name, f"already FP8Linear ({type(module.recipe).__name__})"))  # summary shows why it did nothing
+            continue
         if not isinstance(module, nn.Linear):
             continue
         if type(module) is not nn.Linear:  # a subclass may carry its own forward: kept, and said so
@@ -108,7 +114,10 @@ def select_linears(model: nn.Module, include=None, exclude=None, keep_lm_head: b
         else:
             targets.append(name)
     if limited and not any(_matches(include_l, n, m) for n, m in model.named_modules() if type(m) is nn.Linear):
-        warnings.warn(f"include={include!r} matches no nn.Linear of the model: nothing is converted", stacklevel=3)
+        converted = sum(_matches(include_l, n, m) for n, m in model.named_modules() if isinstance(m, FP8Linear))
+        already = f" ({converted} matching layers are already FP8Linear)" if converted else ""
+        warnings.warn(f"include={include!r} matches no nn.Linear of the model{already}: nothing is converted",
+                      stacklevel=3)
     return targets, skipped
 
 

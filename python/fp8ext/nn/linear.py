@@ -98,8 +98,7 @@ class FP8Linear(nn.Module):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 nn.Linear's name: layer(input=h) works
         x = input
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"input must be a torch.Tensor, got {type(x).__name__}")
+        _native.check_input(x, "input")
         if x.dim() < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"input must be [..., {self.in_features}], got shape {tuple(x.shape)}")
         lead = x.shape[:-1]
