@@ -112,6 +112,73 @@ def test_add_rms_norm_quantize_with_rows_prefetched(dtype, seed):
     expect_unfused_result(q, s, want_q, want_s, fp8, shape[1], exact=False)
 
 
+# The CUDA ring kernel (rows streamed through shared memory by the TMA unit;
+# FP8EXT_RMS_RING): rows of whole 16-element chunks up to 16 KB. (3000, 4096):
+# several rows per block, so each block's ring wraps (its barriers' phases
+# flip); (600, 8192): 512 threads and 32-KB slots with the residual; (700,
+# 1008) padded to 1024 (a thread with no input chunk writes zero codes); fp32
+# (64, 8192) is past 16 KB a row and the strided x is not 16-byte aligned, so
+# those take the one-row kernel whatever the setting.
+RING_SHAPES = [(1, 4096), (7, 64), (1000, 576), (3000, 4096), (600, 8192), (700, 1008), (64, 8192)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ring", ["1", "0", "auto"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", RING_SHAPES, ids=str)
+@pytest.mark.parametrize("add", [False, True], ids=["norm", "add_norm"])
+def test_rms_norm_ring_kernel_and_its_fallbacks_match_the_cpu(ring, dtype, shape, add, monkeypatch, seed):
+    monkeypatch.setenv("FP8EXT_RMS_RING", ring)
+    fp8 = torch.float8_e4m3fn if seed % 2 else torch.float8_e5m2
+    x, weight = inputs(shape, dtype, seed, non_finite=shape[0] > 2, zero_row=True)
+    recipe = RowWise(activation_format=fp8, weight_format=fp8)
+    pad = 128 if shape[1] % 128 else 16
+    residual = random_input(shape, dtype, seed + 2)
+    h = x + residual if add else x
+    want_q, want_s = unfused(h, weight, 1e-5, recipe, pad_k_to=pad)
+    if add:
+        q, s, got_h = add_rms_norm_quantize(x.cuda(), residual.cuda(), weight.cuda(), 1e-5, recipe, pad_k_to=pad)
+        assert same_bits(got_h.cpu(), h)
+    else:
+        q, s = rms_norm_quantize(x.cuda(), weight.cuda(), 1e-5, recipe, pad_k_to=pad)
+    expect_unfused_result(q, s, want_q, want_s, fp8, shape[1], exact=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("add", [False, True], ids=["norm", "add_norm"])
+def test_rms_norm_ring_kernel_on_unaligned_rows_and_in_a_cuda_graph(add, monkeypatch, seed):
+    """A strided x whose rows are not 16-byte aligned takes the one-row kernel
+    under FP8EXT_RMS_RING=1; the ring kernel replays in a CUDA graph on new data."""
+    monkeypatch.setenv("FP8EXT_RMS_RING", "1")
+    recipe = RowWise()
+    base, weight = inputs((900, 4104), torch.bfloat16, seed)
+    weight = weight[4:4100].contiguous()
+    w_cuda = weight.cuda()
+
+    def run(x, residual):
+        if add:
+            return add_rms_norm_quantize(x, residual, w_cuda, 1e-5, recipe)[:2]
+        return rms_norm_quantize(x, w_cuda, 1e-5, recipe)
+
+    def want(x, residual):
+        return unfused(x + residual if add else x, weight, 1e-5, recipe)
+
+    x_cuda = base.cuda()[:, 4:4100]  # rows 8 bytes past a 16-byte boundary (stride 4104)
+    assert x_cuda.data_ptr() % 16 == 8
+    residual = random_input((900, 4096), torch.bfloat16, seed + 2)
+    expect_unfused_result(*run(x_cuda, residual.cuda()), *want(base[:, 4:4100], residual), torch.float8_e4m3fn, 4096,
+                          exact=False)
+    static_x = torch.zeros(3000, 4096, dtype=torch.bfloat16, device="cuda")
+    residual = random_input((3000, 4096), torch.bfloat16, seed + 3)
+    static_residual = residual.cuda()
+    graph, out = capture(lambda: run(static_x, static_residual))
+    for step in range(2):
+        new_x = random_input((3000, 4096), torch.bfloat16, seed + 10 + step) * (step + 1)
+        static_x.copy_(new_x.cuda())
+        graph.replay()
+        expect_unfused_result(*out, *want(new_x, residual), torch.float8_e4m3fn, 4096, exact=False)
+
+
 @each_dtype
 @each_fp8
 @pytest.mark.parametrize("shape", SWIGLU_SHAPES, ids=str)

@@ -23,6 +23,7 @@
 #include "fp8ext/quantize_cuda.h"
 #include "quant_common.cuh"
 #include "quantize_per_tensor_kept.cuh"
+#include "bulk_copy.cuh"
 
 namespace fp8ext::cuda::detail {
 namespace {
@@ -54,51 +55,6 @@ constexpr int kSlots = kRingBytes / kTileBytes<T>;
 constexpr int64_t kMinBytes = int64_t{16} << 20;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void barrier_init(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_address(bar)) : "memory");
-}
-
-// Arms `bar` for `bytes` of bulk copy and copies them from global memory to
-// `dst` with the given L2 policy; the barrier's phase completes on arrival.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
-                                          uint64_t policy) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(bar)), "r"(bytes)
-               : "memory");
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
-          "r"(smem_address(dst)),
-      "l"(src), "r"(bytes), "r"(smem_address(bar)), "l"(policy)
-      : "memory");
-}
-
-// Completes the current phase of `bar` (count 1) with no bytes: a slot that
-// carries a message and no tile.
-__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(bar)) : "memory");
-}
-
-__device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(smem_address(bar)),
-      "r"(parity)
-      : "memory");
-}
-
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -204,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) barrier_init(&full[s]);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the TMA unit
+    fence_barrier_init();
     end_load = INT64_MAX;
   }
   __syncthreads();

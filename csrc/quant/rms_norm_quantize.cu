@@ -13,7 +13,10 @@
 // residual) and normalizes h, so a decoder's residual add is no launch of its own;
 // with many rows it also asks L2 for the rows one wave ahead (prefetch_wave).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
+#include "bulk_copy.cuh"
 #include "fp8ext/quantize_cuda.h"
 #include "quant_common.cuh"
 #include "row_quantize.cuh"
@@ -155,6 +158,94 @@ __global__ void __launch_bounds__(kThreads) rms_norm_quantize_kernel(Input<T> in
   quantize_row<F, T>(for_each_y, out, r, rule, row_scales, smem);
 }
 
+
+// The ring kernel: a grid of one wave, block b taking rows b, b + gridDim.x, ...
+// Thread 0 copies the block's next rows into a ring of kRingRows shared-memory
+// slots with the TMA unit (cp.async.bulk, x and the residual's row in one slot),
+// up to kRingRows - 1 rows ahead of the one being normalized: the one-row
+// kernel above has no load in flight while its block reduces (twice a row), and
+// at 8192 x 4096 bf16 it moves 1.75 TB/s on an H100 whose copies reach ~2.9.
+// The weight's chunk stays in registers for all of a block's rows. Rows of
+// whole chunks (cols % kChunk == 0), 16-byte aligned, one chunk per thread at
+// most (the host's ring_applies).
+constexpr int kRingRows = 3;
+
+template <typename T, Fp8Format F, bool kAdd>
+__global__ void __launch_bounds__(kThreads) rms_norm_quantize_ring_kernel(Input<T> in, Input<T> weight, float eps,
+                                                                          Output out, ScaleRule rule,
+                                                                          float* row_scales, ResidualAdd<T> add) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Raw = typename Input<T>::Raw;
+  extern __shared__ __align__(128) uint8_t ring[];
+  __shared__ uint64_t full[kRingRows];
+  __shared__ float smem[32];
+  const int64_t own = threadIdx.x;
+  const int64_t read_chunks = in.cols / kChunk;
+  const int64_t write_chunks = ceil_div(out.padded_cols, kChunk);
+  const uint32_t row_bytes = static_cast<uint32_t>(in.cols * sizeof(T));
+  const uint32_t slot_bytes = kAdd ? 2 * row_bytes : row_bytes;
+  const int64_t rows = ceil_div(in.rows - blockIdx.x, int64_t{gridDim.x});  // this block's: the grid is <= in.rows
+  if (own < read_chunks && own % kChunksPerLine<T> == 0) prefetch_l2(weight.data + own * kChunk);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kRingRows; ++s) barrier_init(&full[s]);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  begin_dependent_kernel();  // PDL (fp8ext/cuda_launch.h): only the prefetch above comes before this
+  const uint64_t policy = evict_first_policy();
+  auto issue = [&](int64_t j) {  // thread 0: the block's row j into slot j % kRingRows
+    const int64_t r = blockIdx.x + j * gridDim.x;
+    uint8_t* slot = ring + (j % kRingRows) * slot_bytes;
+    uint64_t* bar = &full[j % kRingRows];
+    barrier_expect_bytes(bar, slot_bytes);
+    bulk_copy(slot, in.data + r * in.row_stride, row_bytes, bar, policy);
+    if constexpr (kAdd) bulk_copy(slot + row_bytes, add.residual.data + r * add.residual.row_stride, row_bytes, bar,
+                                  policy);
+  };
+  if (threadIdx.x == 0)
+    for (int64_t j = 0; j < kRingRows && j < rows; ++j) issue(j);
+  Raw w_own[1];
+  load_row_chunks<true>(weight, 0, read_chunks, w_own);
+  for (int64_t j = 0; j < rows; ++j) {
+    const int64_t r = blockIdx.x + j * gridDim.x;
+    barrier_wait(&full[j % kRingRows], static_cast<uint32_t>(j / kRingRows) & 1u);
+    const uint8_t* slot = ring + (j % kRingRows) * slot_bytes;
+    Raw h;
+    if (own < read_chunks) {
+      h = reinterpret_cast<const Raw*>(slot)[own];
+    } else {
+#pragma unroll
+      for (int i = 0; i < Input<T>::kWords; ++i) h.words[i] = make_uint4(0, 0, 0, 0);
+    }
+    float v[kChunk];
+    Input<T>::unpack(h, v);
+    if constexpr (kAdd) {  // h = T(x + residual), written out: the next residual
+      if (own < read_chunks) {
+        Raw res = reinterpret_cast<const Raw*>(slot + row_bytes)[own];
+        float b[kChunk];
+        Input<T>::unpack(res, b);
+#pragma unroll
+        for (int i = 0; i < kChunk; ++i) {
+          h.elems[i] = from_float<T>(v[i] + b[i]);
+          v[i] = to_float(h.elems[i]);
+        }
+        add.store(r, own * kChunk, v);
+      }
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) ss = fmaf(v[i], v[i], ss);
+    const float inv_rms = 1.0f / sqrtf(block_sum(ss, smem) / static_cast<float>(in.cols) + eps);
+    // block_sum synchronized the block after every thread read the slot: refill it.
+    if (threadIdx.x == 0 && j + kRingRows < rows) issue(j + kRingRows);
+    Raw y_own;
+    if (own < write_chunks) y_own = normalize_chunk<T>(h, w_own[0], own * kChunk, weight.cols, inv_rms);
+    quantize_row<F, T>([&](auto&& fn) { if (own < write_chunks) fn(own * kChunk, y_own); }, out, r, rule, row_scales,
+                       smem);
+  }
+#endif
+}
+
 }  // namespace
 
 namespace {
@@ -177,6 +268,65 @@ int64_t prefetch_wave(Kernel kernel, DType dtype, int64_t rows, int64_t cols, in
   return rows >= 4 * wave ? wave : 0;
 }
 
+// The ring kernel's shared memory: kRingRows slots of a row (two with the residual).
+constexpr int64_t kRingMaxRowBytes = 16 << 10;  // K = 8192 in 16-bit types, 4096 in fp32
+constexpr int kRingMaxSmem = static_cast<int>(kRingRows * 2 * kRingMaxRowBytes);
+// Rows from which "auto" takes the ring kernel, in waves of it (see ring_wanted).
+constexpr int64_t kRingMinWaves = 2;
+
+int64_t element_bytes(DType t) { return t == DType::kFloat32 ? 4 : 2; }
+
+// Whether the ring kernel can take x: whole 16-byte aligned rows of whole
+// chunks that one block holds (chunks <= kThreads), on sm_90.
+bool ring_applies(const ConstMatrix& x, const void* residual, int64_t chunks) {
+  const int64_t row_bytes = x.cols * element_bytes(x.dtype);
+  return current_device_info().hopper() && x.cols % kChunk == 0 && chunks <= kThreads &&
+         row_bytes <= kRingMaxRowBytes && aligned(x.data, 16) && (x.row_stride * element_bytes(x.dtype)) % 16 == 0 &&
+         (!residual || aligned(residual, 16));
+}
+
+// FP8EXT_RMS_RING: "0" never takes the ring kernel, "1" wherever it applies
+// (tests, A/B), unset or "auto" from kRingMinWaves waves of rows up. Read at
+// each launch, so that one process can time both.
+bool ring_wanted(int64_t rows, int64_t wave) {
+  const char* v = std::getenv("FP8EXT_RMS_RING");
+  if (v && std::strcmp(v, "0") == 0) return false;
+  if (v && std::strcmp(v, "1") == 0) return wave > 0;
+  return wave > 0 && rows >= kRingMinWaves * wave;
+}
+
+template <typename T, Fp8Format F, bool kAdd>
+struct RingKernelTag {};  // set_attributes_once's key: E4M3 and E5M2 kernels share a signature
+
+// The ring kernel's launch, if it is wanted for x; else returns false.
+template <typename T, Fp8Format F, bool kAdd>
+bool try_ring(const Input<T>& in, const Input<T>& weight, float eps, const Output& out, const ScaleRule& rule,
+              float* row_scales, const ResidualAdd<T>& add, int threads, cudaStream_t stream, cudaError_t& err) {
+  const auto kernel = rms_norm_quantize_ring_kernel<T, F, kAdd>;
+  err = set_attributes_once<RingKernelTag<T, F, kAdd>>([&] {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingMaxSmem);
+  });
+  if (err != cudaSuccess) return true;
+  const int smem = static_cast<int>(kRingRows * (kAdd ? 2 : 1) * in.cols * static_cast<int64_t>(sizeof(T)));
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess) {
+    (void)cudaGetLastError();
+    per_sm = 0;
+  }
+  const int64_t wave = int64_t{per_sm} * current_device_info().sm_count;
+  if (!ring_wanted(in.rows, wave)) return false;
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(std::min(in.rows, wave)));
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = pdl_attribute(attr[0]);
+  err = cudaLaunchKernelEx(&config, kernel, in, weight, eps, out, rule, row_scales, add);
+  return true;
+}
+
 cudaError_t launch_rms_norm_quantize(const ConstMatrix& x, const void* residual, void* sum_out, const void* weight,
                                      float eps, const ScaleRule& rule, const Fp8Matrix& q, float* row_scales,
                                      cudaStream_t stream) {
@@ -191,13 +341,19 @@ cudaError_t launch_rms_norm_quantize(const ConstMatrix& x, const void* residual,
     using T = typename decltype(in)::Element;
     constexpr Fp8Format kF = decltype(fmt)::value;
     const dim3 grid(static_cast<unsigned>(x.rows)), block(threads);
+    const bool ring = ring_applies(x, residual, chunks);
     if (residual) {
       const ResidualAdd<T> add{make_input<T>(res), static_cast<T*>(sum_out)};
+      if (ring && try_ring<T, kF, true>(in, make_input<T>(w), eps, out, rule, row_scales, add, threads, stream, err))
+        return;
       const auto prefetching = rms_norm_quantize_kernel<T, kF, true, true>;
       const int64_t wave = prefetch_wave(prefetching, x.dtype, x.rows, x.cols, threads);
       err = launch(wave > 0 ? prefetching : rms_norm_quantize_kernel<T, kF, true>, grid, block, stream, in,
                    make_input<T>(w), eps, out, rule, row_scales, add, wave);
     } else {
+      if (ring && try_ring<T, kF, false>(in, make_input<T>(w), eps, out, rule, row_scales, ResidualAdd<T>{}, threads,
+                                         stream, err))
+        return;
       err = launch(rms_norm_quantize_kernel<T, kF, false>, grid, block, stream, in, make_input<T>(w), eps, out, rule,
                    row_scales, ResidualAdd<T>{}, int64_t{0});
     }

@@ -315,14 +315,19 @@ int64_t expect_within_one_step(const std::vector<uint8_t>& q, const std::vector<
 // the squares in its own order, so 1/rms may differ in the last bits and a code
 // by one FP8 step; NaN rows (the first: random_matrix plants NaN and Inf there),
 // the K padding and the scales' magnitudes must agree. The residual variant
-// normalizes h = x + residual and writes h, which must be exact.
+// normalizes h = x + residual and writes h, which must be exact. Both kernels:
+// FP8EXT_RMS_RING=1 takes the ring kernel where rows are whole chunks of at
+// most 16 KB (576 and 4096 columns here; 1200 x 4096 gives a block four rows
+// or more, so its ring wraps), 0 the one-row kernel.
 FP8EXT_TEST(cuda_rms_norm_quantize_matches_host_reference) {
   require_gpu();
   const uint32_t seed = std::random_device{}();
   std::printf("seed %u\n", seed);
+  for (const char* ring : {"0", "1"})
   for (const bool add : {false, true}) {
+    setenv("FP8EXT_RMS_RING", ring, 1);
     for (const Shape& sh : {Shape{1, 1, 1}, Shape{3, 127, 16}, Shape{5, 129, 16}, Shape{33, 4096, 16},
-                            Shape{2, 12288, 16}}) {
+                            Shape{2, 12288, 16}, Shape{1000, 576, 128}, Shape{1200, 4096, 16}}) {
       const std::vector<float> x = random_matrix(sh.rows, sh.cols, seed + static_cast<uint32_t>(sh.cols));
       std::vector<float> residual(x.size()), h = x;
       std::mt19937 rng(seed);
@@ -362,8 +367,8 @@ FP8EXT_TEST(cuda_rms_norm_quantize_matches_host_reference) {
       CUDA_OK(cudaDeviceSynchronize());
       const std::vector<uint8_t> q = dq.download();
       const std::vector<float> s = ds.download();
-      const std::string ctx = std::string(add ? "add, " : "") + "shape " + std::to_string(sh.rows) + "x" +
-                              std::to_string(sh.cols);
+      const std::string ctx = std::string("ring ") + ring + (add ? ", add, " : ", ") + "shape " +
+                              std::to_string(sh.rows) + "x" + std::to_string(sh.cols);
       const int64_t moved = expect_within_one_step(q, s, q_ref, s_ref, sh.rows, sh.cols, padded, ctx);
       EXPECT_EQ_CTX(bool(moved <= sh.rows * padded / 50), true, ctx + " codes moved: " + std::to_string(moved));
       if (!add) continue;
@@ -372,6 +377,7 @@ FP8EXT_TEST(cuda_rms_norm_quantize_matches_host_reference) {
         EXPECT_EQ_CTX(bool(sum[i] == h[i] || (std::isnan(sum[i]) && std::isnan(h[i]))), true, ctx + " sum");
     }
   }
+  unsetenv("FP8EXT_RMS_RING");
 }
 
 // SwiGLU fused with per-row quantization, fp32 input [gate | up]: against

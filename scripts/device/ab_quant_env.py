@@ -31,7 +31,8 @@ def main():
     ap.add_argument("--var")
     ap.add_argument("--settings", nargs="+", required=True)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--cases", nargs="+", help="a subset of: static delayed per_tensor_current group_1x128")
+    ap.add_argument("--cases", nargs="+",
+                    help="a subset of: static delayed per_tensor_current group_1x128 rms_norm add_rms_norm")
     ap.add_argument("--shapes", nargs="+", default=["16384x8192"], help="MxK bf16 inputs (default 16384x8192)")
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -39,19 +40,24 @@ def main():
     torch.manual_seed(0)
     s = torch.tensor(0.05, device="cuda")
     hist, s_d = torch.zeros(16, device="cuda"), torch.tensor(0.05, device="cuda")
-    cases, sizes = {}, {}
+    cases, sizes, moved = {}, {}, {}
     for shape in args.shapes:
         m, k = map(int, shape.split("x"))
         x = (torch.randn(m, k, device="cuda") * torch.exp2(torch.randint(-4, 4, (m, k), device="cuda").float())).to(torch.bfloat16)
+        res, w = torch.randn_like(x), (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
         by_name = {
             "static": lambda x=x: ops.quantize_with_scale(x, s, F8, 0),
             "delayed": lambda x=x: ops.quantize_delayed(x, hist, s_d, F8, 0, False, True, 0)[0],
             "per_tensor_current": lambda x=x: ops.quantize_per_tensor(x, F8, 0, False, 0)[0],
             "group_1x128": lambda x=x: ops.quantize_per_group(x, F8, 0, False, 0)[0],
+            # the fused RMSNorm quantizers (FP8EXT_RMS_RING); the residual one moves 7 bytes an element
+            "rms_norm": lambda x=x, w=w: ops.rms_norm_quantize_per_row(x, w, 1e-5, F8, 0, False, 0)[0],
+            "add_rms_norm": lambda x=x, w=w, res=res: ops.add_rms_norm_quantize_per_row(x, res, w, 1e-5, F8, 0,
+                                                                                         False, 0)[0],
         }
         for name in args.cases or by_name:
             case = name if len(args.shapes) == 1 else f"{name}@{shape}"
-            cases[case], sizes[case] = by_name[name], m * k
+            cases[case], sizes[case], moved[case] = by_name[name], m * k, 7 if name == "add_rms_norm" else 3
 
     def assignments(st):
         return {args.var: st} if args.var else env_setting(st)
@@ -70,8 +76,9 @@ def main():
     for (st, name), t in times.items():
         us = statistics.median(t)
         rows.append({"setting": st, "case": name, "us_rounds": [round(v, 2) for v in t], "us": round(us, 2),
-                     "tb_s_3B": round(sizes[name] * 3 / us / 1e6, 3)})
-        print(f"{args.var or ''}{'=' if args.var else ''}{st} {name:32s} {us:8.2f} us  {rows[-1]['tb_s_3B']:.3f} TB/s  rounds {rows[-1]['us_rounds']}")
+                     "tb_s_3B": round(sizes[name] * 3 / us / 1e6, 3),
+                     "tb_s_moved": round(sizes[name] * moved[name] / us / 1e6, 3)})
+        print(f"{args.var or ''}{'=' if args.var else ''}{st} {name:32s} {us:8.2f} us  {rows[-1]['tb_s_moved']:.3f} TB/s  rounds {rows[-1]['us_rounds']}")
     if args.out:
         write_record(args.out, "ab_quant_env", {"var": args.var, "rows": rows})
 
