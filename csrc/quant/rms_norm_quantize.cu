@@ -273,6 +273,9 @@ constexpr int64_t kRingMaxRowBytes = 16 << 10;  // K = 8192 in 16-bit types, 409
 constexpr int kRingMaxSmem = static_cast<int>(kRingRows * 2 * kRingMaxRowBytes);
 // Rows from which "auto" takes the ring kernel, in waves of it (see ring_wanted).
 constexpr int64_t kRingMinWaves = 2;
+// With the residual, "auto" takes it only for rows longer than this: where the
+// one-row kernel fits one 512-thread block an SM.
+constexpr int64_t kRingMinAddRowBytes = 8 << 10;
 
 int64_t element_bytes(DType t) { return t == DType::kFloat32 ? 4 : 2; }
 
@@ -286,13 +289,20 @@ bool ring_applies(const ConstMatrix& x, const void* residual, int64_t chunks) {
 }
 
 // FP8EXT_RMS_RING: "0" never takes the ring kernel, "1" wherever it applies
-// (tests, A/B), unset or "auto" from kRingMinWaves waves of rows up. Read at
-// each launch, so that one process can time both.
-bool ring_wanted(int64_t rows, int64_t wave) {
+// (tests, A/B), unset or "auto" for 16-bit inputs from kRingMinWaves waves of
+// rows up, with the residual only past kRingMinAddRowBytes a row. Read at each
+// launch, so that one process can time both. One process on an H100, bf16, 3
+// rounds, us one-row -> ring (ab_quant_env.py, bench/NOTES.md session 43):
+// plain 1024 x 4096 12.67 -> 11.98, 8192 x 4096 61.2 -> 54.5, 16384 x 4096
+// 116.0 -> 101.3, 8192 x 8192 123.3 -> 114.0; with the residual 2048 x 8192
+// 70.9 -> 58.2 and 8192 x 8192 255.6 -> 207.3, but 8192 x 4096 105.0 -> 110.2
+// and 16384 x 4096 197.3 -> 217.2 (the ring kernel's 90 registers leave two
+// 256-thread blocks an SM there, the one-row kernel three). fp32 is unmeasured.
+bool ring_wanted(int64_t rows, int64_t wave, int64_t row_bytes, bool add, bool sixteen_bit) {
   const char* v = std::getenv("FP8EXT_RMS_RING");
   if (v && std::strcmp(v, "0") == 0) return false;
   if (v && std::strcmp(v, "1") == 0) return wave > 0;
-  return wave > 0 && rows >= kRingMinWaves * wave;
+  return wave > 0 && sixteen_bit && rows >= kRingMinWaves * wave && (!add || row_bytes > kRingMinAddRowBytes);
 }
 
 template <typename T, Fp8Format F, bool kAdd>
@@ -314,7 +324,7 @@ bool try_ring(const Input<T>& in, const Input<T>& weight, float eps, const Outpu
     per_sm = 0;
   }
   const int64_t wave = int64_t{per_sm} * current_device_info().sm_count;
-  if (!ring_wanted(in.rows, wave)) return false;
+  if (!ring_wanted(in.rows, wave, in.cols * static_cast<int64_t>(sizeof(T)), kAdd, sizeof(T) == 2)) return false;
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(std::min(in.rows, wave)));
