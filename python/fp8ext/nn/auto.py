@@ -20,8 +20,8 @@ measured with the weights it will really have.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from numbers import Real
 from typing import Callable, Iterable
 

@@ -90,8 +90,8 @@ def select_linears(model: nn.Module, include=None, exclude=None, keep_lm_head: b
     head = _output_embeddings(model)
     targets, skipped = [], []
     for name, module in model.named_modules():
-        if isinstance(module, FP8Linear) and name:  # converted by an earlier call: said, so a second recipe's
-            skipped.append((name, f"already FP8Linear ({type(module.recipe).__name__})"))  # summary shows why it did nothing
+        if isinstance(module, FP8Linear) and name:  # converted by an earlier call: listed, so that a
+            skipped.append((name, f"already FP8Linear ({type(module.recipe).__name__})"))  # second call says why
             continue
         if not isinstance(module, nn.Linear):
             continue
