@@ -206,9 +206,8 @@ def test_padding_the_attention_mask_zeroes_and_ignored_labels_leave_the_estimate
     row_wise = [("row-wise", RowWise())]  # per-token scales: the padding's rows cannot move the others'
     ids = [torch.randint(0, 64, (1, 12)) for _ in range(3)]
     plain = measure_errors(model, names, [{"input_ids": x} for x in ids], row_wise)
-    padded = [{"input_ids": torch.cat([x, torch.randint(0, 64, (1, 5))], 1),
-               "attention_mask": torch.cat([torch.ones(1, 12, dtype=torch.long), torch.zeros(1, 5, dtype=torch.long)], 1)}
-              for x in ids]
+    mask = torch.cat([torch.ones(1, 12, dtype=torch.long), torch.zeros(1, 5, dtype=torch.long)], 1)
+    padded = [{"input_ids": torch.cat([x, torch.randint(0, 64, (1, 5))], 1), "attention_mask": mask} for x in ids]
     masked = measure_errors(model, names, padded, row_wise)
     labelled = [{"input_ids": p["input_ids"], "labels": p["input_ids"].masked_fill(p["attention_mask"] == 0, -100)}
                 for p in padded]
