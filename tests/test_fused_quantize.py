@@ -124,7 +124,7 @@ RING_SHAPES = [(1, 4096), (7, 64), (1000, 576), (3000, 4096), (600, 8192), (700,
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("ring", ["1", "0", "auto"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@each_dtype
 @pytest.mark.parametrize("shape", RING_SHAPES, ids=str)
 @pytest.mark.parametrize("add", [False, True], ids=["norm", "add_norm"])
 def test_rms_norm_ring_kernel_and_its_fallbacks_match_the_cpu(ring, dtype, shape, add, monkeypatch, seed):
@@ -142,6 +142,30 @@ def test_rms_norm_ring_kernel_and_its_fallbacks_match_the_cpu(ring, dtype, shape
     else:
         q, s = rms_norm_quantize(x.cuda(), weight.cuda(), 1e-5, recipe, pad_k_to=pad)
     expect_unfused_result(q, s, want_q, want_s, fp8, shape[1], exact=False)
+
+
+@pytest.mark.gpu
+@each_dtype
+@pytest.mark.parametrize("shape", RING_SHAPES, ids=str)
+@pytest.mark.parametrize("add", [False, True], ids=["norm", "add_norm"])
+def test_rms_norm_ring_kernel_gives_the_one_row_kernels_bits(dtype, shape, add, monkeypatch, seed):
+    """Both kernels sum each row's squares in the same order (a thread's chunk,
+    then the block's tree) and round alike, so their outputs are equal bit for
+    bit; the CPU comparisons above allow a code one step off and would not
+    notice a ring kernel that rounds or sums differently."""
+    x, weight = inputs(shape, dtype, seed, device="cuda", non_finite=shape[0] > 2, zero_row=True)
+    residual = random_input(shape, dtype, seed + 2).cuda()
+    recipe = RowWise(activation_format=torch.float8_e4m3fn if seed % 2 else torch.float8_e5m2)
+    pad = 128 if shape[1] % 128 else 16
+    outs = []
+    for ring in ("1", "0"):
+        monkeypatch.setenv("FP8EXT_RMS_RING", ring)
+        if add:
+            outs.append(add_rms_norm_quantize(x, residual, weight, 1e-5, recipe, pad_k_to=pad))
+        else:
+            outs.append(rms_norm_quantize(x, weight, 1e-5, recipe, pad_k_to=pad))
+    for ring_t, row_t in zip(*outs):
+        assert same_bits(ring_t.cpu(), row_t.cpu())
 
 
 @pytest.mark.gpu

@@ -66,6 +66,13 @@ __device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// Orders this thread's (and, through a barrier before it, the block's) shared
+// memory accesses before the async proxy's next ones: a slot's reads before
+// the bulk copy that refills it.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // Streaming reads: each byte is read once.
 __device__ __forceinline__ uint64_t evict_first_policy() {
   uint64_t p;

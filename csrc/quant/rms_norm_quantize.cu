@@ -236,8 +236,12 @@ __global__ void __launch_bounds__(kThreads) rms_norm_quantize_ring_kernel(Input<
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) ss = fmaf(v[i], v[i], ss);
     const float inv_rms = 1.0f / sqrtf(block_sum(ss, smem) / static_cast<float>(in.cols) + eps);
-    // block_sum synchronized the block after every thread read the slot: refill it.
-    if (threadIdx.x == 0 && j + kRingRows < rows) issue(j + kRingRows);
+    // block_sum synchronized the block after every thread read the slot: refill
+    // it, the reads (generic proxy) fenced before the copy's writes (async proxy).
+    if (threadIdx.x == 0 && j + kRingRows < rows) {
+      fence_proxy_async_shared();
+      issue(j + kRingRows);
+    }
     Raw y_own;
     if (own < write_chunks) y_own = normalize_chunk<T>(h, w_own[0], own * kChunk, weight.cols, inv_rms);
     quantize_row<F, T>([&](auto&& fn) { if (own < write_chunks) fn(own * kChunk, y_own); }, out, r, rule, row_scales,
@@ -271,7 +275,7 @@ int64_t prefetch_wave(Kernel kernel, DType dtype, int64_t rows, int64_t cols, in
 // The ring kernel's shared memory: kRingRows slots of a row (two with the residual).
 constexpr int64_t kRingMaxRowBytes = 16 << 10;  // K = 8192 in 16-bit types, 4096 in fp32
 constexpr int kRingMaxSmem = static_cast<int>(kRingRows * 2 * kRingMaxRowBytes);
-// Rows from which "auto" takes the ring kernel, in waves of it (see ring_wanted).
+// Rows from which "auto" takes the ring kernel, in waves of it (see ring_setting).
 constexpr int64_t kRingMinWaves = 2;
 // With the residual, "auto" takes it only for rows longer than this: where the
 // one-row kernel fits one 512-thread block an SM.
@@ -283,7 +287,7 @@ int64_t element_bytes(DType t) { return t == DType::kFloat32 ? 4 : 2; }
 // chunks that one block holds (chunks <= kThreads), on sm_90.
 bool ring_applies(const ConstMatrix& x, const void* residual, int64_t chunks) {
   const int64_t row_bytes = x.cols * element_bytes(x.dtype);
-  return current_device_info().hopper() && x.cols % kChunk == 0 && chunks <= kThreads &&
+  return current_device_info().hopper() && x.cols > 0 && x.cols % kChunk == 0 && chunks <= kThreads &&
          row_bytes <= kRingMaxRowBytes && aligned(x.data, 16) && (x.row_stride * element_bytes(x.dtype)) % 16 == 0 &&
          (!residual || aligned(residual, 16));
 }
@@ -298,33 +302,48 @@ bool ring_applies(const ConstMatrix& x, const void* residual, int64_t chunks) {
 // 70.9 -> 58.2 and 8192 x 8192 255.6 -> 207.3, but 8192 x 4096 105.0 -> 110.2
 // and 16384 x 4096 197.3 -> 217.2 (the ring kernel's 90 registers leave two
 // 256-thread blocks an SM there, the one-row kernel three). fp32 is unmeasured.
-bool ring_wanted(int64_t rows, int64_t wave, int64_t row_bytes, bool add, bool sixteen_bit) {
+enum class RingSetting { kNever, kAlways, kAuto };
+RingSetting ring_setting() {
   const char* v = std::getenv("FP8EXT_RMS_RING");
-  if (v && std::strcmp(v, "0") == 0) return false;
-  if (v && std::strcmp(v, "1") == 0) return wave > 0;
-  return wave > 0 && sixteen_bit && rows >= kRingMinWaves * wave && (!add || row_bytes > kRingMinAddRowBytes);
+  if (v && std::strcmp(v, "0") == 0) return RingSetting::kNever;
+  if (v && std::strcmp(v, "1") == 0) return RingSetting::kAlways;
+  return RingSetting::kAuto;
+}
+
+// Whether "auto" may take the ring kernel, before CUDA is asked for its wave
+// (at least a block an SM): decode-sized calls make no driver call for it.
+bool ring_may_pay(int64_t rows, int64_t row_bytes, bool add, bool sixteen_bit) {
+  return sixteen_bit && (!add || row_bytes > kRingMinAddRowBytes) &&
+         rows >= kRingMinWaves * current_device_info().sm_count;
 }
 
 template <typename T, Fp8Format F, bool kAdd>
 struct RingKernelTag {};  // set_attributes_once's key: E4M3 and E5M2 kernels share a signature
 
-// The ring kernel's launch, if it is wanted for x; else returns false.
+// Launches the ring kernel if the setting wants it for x (`err`: the launch's
+// status); false: the caller runs the one-row kernel, also where the ring
+// kernel's shared memory cannot be had.
 template <typename T, Fp8Format F, bool kAdd>
 bool try_ring(const Input<T>& in, const Input<T>& weight, float eps, const Output& out, const ScaleRule& rule,
               float* row_scales, const ResidualAdd<T>& add, int threads, cudaStream_t stream, cudaError_t& err) {
+  const RingSetting setting = ring_setting();
+  const int64_t row_bytes = in.cols * static_cast<int64_t>(sizeof(T));
+  if (setting == RingSetting::kNever ||
+      (setting == RingSetting::kAuto && !ring_may_pay(in.rows, row_bytes, kAdd, sizeof(T) == 2)))
+    return false;
   const auto kernel = rms_norm_quantize_ring_kernel<T, F, kAdd>;
-  err = set_attributes_once<RingKernelTag<T, F, kAdd>>([&] {
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingMaxSmem);
-  });
-  if (err != cudaSuccess) return true;
-  const int smem = static_cast<int>(kRingRows * (kAdd ? 2 : 1) * in.cols * static_cast<int64_t>(sizeof(T)));
+  if (set_attributes_once<RingKernelTag<T, F, kAdd>>([&] {
+        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingMaxSmem);
+      }) != cudaSuccess)
+    return false;  // (its error is cleared)
+  const int smem = static_cast<int>(kRingRows * (kAdd ? 2 : 1) * row_bytes);
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess) {
     (void)cudaGetLastError();
-    per_sm = 0;
+    return false;
   }
   const int64_t wave = int64_t{per_sm} * current_device_info().sm_count;
-  if (!ring_wanted(in.rows, wave, in.cols * static_cast<int64_t>(sizeof(T)), kAdd, sizeof(T) == 2)) return false;
+  if (wave == 0 || (setting == RingSetting::kAuto && in.rows < kRingMinWaves * wave)) return false;
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(std::min(in.rows, wave)));
