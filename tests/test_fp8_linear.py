@@ -1,6 +1,8 @@
 """FP8Linear and convert: drop-in parity with nn.Linear, dtype/device moves,
 state_dict round trips, conversion rules, torch.compile. CPU tests run the exact
 reference path; the gpu-marked ones compare the CUDA path to it."""
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -222,8 +224,15 @@ def test_convert_lists_the_linear_subclasses_it_keeps():
 
 
 def test_convert_static_warns_until_calibrated():
-    with pytest.warns(UserWarning, match="input_scale is 1.0 until calibrated"):
+    with pytest.warns(UserWarning, match="input_scale is 1.0 until calibrated") as caught:
         convert(TinyLM(), PerTensorStatic())
+    assert len([w for w in caught if "until calibrated" in str(w.message)]) == 1  # once, not once a layer
+    with pytest.warns(UserWarning, match="input_scale is 1.0 until calibrated"):
+        FP8Linear.from_linear(nn.Linear(16, 8), PerTensorStatic())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FP8Linear.from_linear(nn.Linear(16, 8), RowWise())  # dynamic scales: nothing to calibrate
+        FP8Linear.quantized_from(nn.Linear(16, 8), PerTensorStatic())
 
 
 def test_compile_fullgraph_without_graph_breaks(seed):

@@ -139,8 +139,10 @@ def test_append_hands_out_slots_page_by_page():
     cache.free("a")
     assert cache.free_pages == 7 and cache.length("a") == 0
     assert cache.append("c", 4).tolist() == [0, 1, 2, 3]  # freed pages come back
-    with pytest.raises(KeyError, match="unknown sequence"):
+    with pytest.raises(KeyError, match="unknown sequence 'a'"):
         cache.free("a")
+    with pytest.raises(ValueError, match=r"unknown sequence 'zz' in seq_ids"):  # also a ValueError
+        cache.plan(["c", "zz"])
 
 
 def test_running_out_of_pages_raises_and_changes_nothing():

@@ -128,6 +128,15 @@ class DecodePlan:
     generation: int | None = None
 
 
+class UnknownSequenceError(KeyError, ValueError):
+    """A seq_id the cache does not hold (never appended, or freed): a KeyError,
+    as a mapping's lookup raises, and a ValueError, as the rest of the API's
+    bad arguments."""
+
+    def __str__(self) -> str:  # KeyError's would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 class PagedKVCache:
     """K and V page pools for ``num_layers`` layers, each [num_pages, page_size,
     num_kv_heads, head_dim] of ``dtype`` (float8_e4m3fn, float8_e5m2, bfloat16,
@@ -241,7 +250,7 @@ class PagedKVCache:
     def free(self, seq_id) -> None:
         """Returns the sequence's pages to the pool at once."""
         if seq_id not in self._pages:
-            raise KeyError(f"unknown sequence {seq_id!r}")
+            raise UnknownSequenceError(f"unknown sequence {seq_id!r} (seq_id was never appended, or was freed)")
         self._free.extend(reversed(self._pages.pop(seq_id)))
         del self._lens[seq_id]
         self._generation += 1
@@ -280,7 +289,7 @@ class PagedKVCache:
         seq_ids = list(seq_ids)
         for s in seq_ids:
             if s not in self._pages:
-                raise KeyError(f"unknown sequence {s!r}")
+                raise UnknownSequenceError(f"unknown sequence {s!r} in seq_ids (never appended, or freed)")
         if out is not None:
             self._check_plan_tensors(out, "out")
         width = out.block_table.shape[1] if out is not None else max(

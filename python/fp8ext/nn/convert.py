@@ -12,7 +12,7 @@ from torch import nn
 from fp8ext import _native
 from fp8ext.nn.batches import check_batches
 from fp8ext.nn.gptq import fp8_layer, input_hessians
-from fp8ext.nn.linear import FP8Linear
+from fp8ext.nn.linear import STATIC_UNCALIBRATED, FP8Linear
 from fp8ext.recipes import CurrentScaling, Recipe
 
 # A name pattern (fnmatch, on the module's qualified name) or a predicate (name, module) -> bool.
@@ -255,5 +255,5 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
         warnings.warn(f"weight_rounding='gptq': the calibration batches never reached {unreached}; "
                       "their weights are rounded to nearest", stacklevel=2)
     if recipe.activation_mode == "static" and targets:
-        warnings.warn("static recipe: every input_scale is 1.0 until calibrated (fp8ext.calibrate)", stacklevel=2)
+        warnings.warn(STATIC_UNCALIBRATED, stacklevel=2)
     return summary

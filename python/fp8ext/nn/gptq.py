@@ -130,7 +130,7 @@ def round_weight(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, 
 def fp8_layer(linear: nn.Linear, recipe, hessian: torch.Tensor | None = None) -> FP8Linear:
     """``linear`` as an FP8Linear of ``recipe``: weights rounded to nearest, or
     with GPTQ when the Hessian of its inputs (:func:`input_hessians`) is given."""
-    layer = FP8Linear.from_linear(linear, recipe)
+    layer = FP8Linear.quantized_from(linear, recipe)  # convert warns once about static scales
     if hessian is not None:
         gptq_round_layer(layer, linear.weight.detach(), hessian)
     return layer

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -16,6 +17,8 @@ from fp8ext.scaling_state import ScalingState
 
 # K is stored padded to this multiple (zeros), so the GEMM never takes its padded path for K.
 K_ALIGN = 16
+# What from_linear and convert say of a static layer whose input_scale no calibration has set.
+STATIC_UNCALIBRATED = "static recipe: every input_scale is 1.0 until calibrated (fp8ext.calibrate)"
 # Tensors that keep their dtype when the module is cast (.to(dtype), .half(), ...).
 _FP8_STATE = ("weight", "weight_scale", "input_scale", "amax_history")
 
@@ -56,7 +59,18 @@ class FP8Linear(nn.Module):
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, recipe: Recipe | None = None) -> "FP8Linear":
-        """Quantizes an existing ``nn.Linear`` (its weight's dtype becomes the bias/compute dtype)."""
+        """Quantizes an existing ``nn.Linear`` (its weight's dtype becomes the bias/compute dtype).
+        A static recipe's ``input_scale`` is 1.0 until :func:`fp8ext.calibrate`
+        (or a checkpoint) sets it, and this warns so."""
+        layer = cls.quantized_from(linear, recipe)
+        if layer.recipe.activation_mode == "static":
+            warnings.warn(STATIC_UNCALIBRATED, stacklevel=2)
+        return layer
+
+    @classmethod
+    def quantized_from(cls, linear: nn.Linear, recipe: Recipe | None = None) -> "FP8Linear":
+        """:meth:`from_linear` without its warning, for callers that calibrate
+        or warn once for a whole model (:func:`fp8ext.convert`)."""
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"linear must be a torch.nn.Linear, got {type(linear).__name__}")
         module = cls.__new__(cls)
