@@ -222,6 +222,8 @@ def test_padding_the_attention_mask_zeroes_and_ignored_labels_leave_the_estimate
         measure_errors(model, names, [{"input_ids": ids[0], "attention_mask": torch.ones(1, 3)}], row_wise)
     with pytest.raises(ValueError, match="predict no token"):
         measure_errors(model, names, [{"input_ids": ids[0], "attention_mask": torch.zeros_like(ids[0])}], row_wise)
+    with pytest.raises(TypeError, match="labels must be integer token ids"):
+        measure_errors(model, names, [{"input_ids": ids[0], "labels": ids[0].float()}], row_wise)
 
 
 def test_max_error_takes_any_real_number():

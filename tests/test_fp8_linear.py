@@ -205,6 +205,8 @@ def test_a_second_convert_lists_the_layers_already_converted():
     assert ("blocks.0.down", "already FP8Linear (RowWise)") in s.skipped
     assert model.blocks[1]["up"].recipe == RowWise()
     assert "kept 1 in high precision, 4 already FP8Linear" in str(s)
+    with pytest.raises(ValueError, match="model is itself an FP8Linear"):
+        convert(model.blocks[0]["up"], RowWise())
 
 
 def test_convert_lists_the_linear_subclasses_it_keeps():

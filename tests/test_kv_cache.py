@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 import fp8ext
-from fp8ext.kv_cache import BLOCKS_PER_SM, MIN_TOKENS_PER_SPLIT, PagedKVCache, bytes_per_token, capacity_tokens, plan_splits
+from fp8ext.kv_cache import (BLOCKS_PER_SM, MIN_TOKENS_PER_SPLIT, PagedKVCache, UnknownSequenceError, bytes_per_token,
+                              capacity_tokens, plan_splits)
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 
@@ -139,9 +140,11 @@ def test_append_hands_out_slots_page_by_page():
     cache.free("a")
     assert cache.free_pages == 7 and cache.length("a") == 0
     assert cache.append("c", 4).tolist() == [0, 1, 2, 3]  # freed pages come back
-    with pytest.raises(KeyError, match="unknown sequence 'a'"):
+    with pytest.raises(UnknownSequenceError) as e:
         cache.free("a")
-    with pytest.raises(ValueError, match=r"unknown sequence 'zz' in seq_ids"):  # also a ValueError
+    assert str(e.value) == "unknown sequence 'a' (seq_id was never appended, or was freed)"  # not quoted again
+    assert isinstance(e.value, KeyError) and isinstance(e.value, ValueError)
+    with pytest.raises(ValueError, match=r"^unknown sequence 'zz' in seq_ids"):
         cache.plan(["c", "zz"])
 
 

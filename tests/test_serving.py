@@ -11,7 +11,7 @@ from torch import nn
 
 from fp8ext.kv_cache import PagedKVCache
 from fp8ext.nn.linear import FP8Linear
-from fp8ext.recipes import BlockWise, CurrentScaling, RowWise
+from fp8ext.recipes import BlockWise, CurrentScaling, PerTensorStatic, RowWise
 from fp8ext.serving import Engine, LlamaConfig, LlamaModel, fuse_linears
 from fp8ext.serving.evaluate import perplexity
 
@@ -265,6 +265,12 @@ def test_fused_projection_keeps_each_shards_scales(recipe, sizes, seed):
     if recipe.weight_granularity == "per_tensor":
         assert fused.weight_scale.shape == (sum(sizes),)
         assert torch.equal(fused.weight_scale[: sizes[0]], separate[0].weight_scale.expand(sizes[0]))
+
+
+def test_fused_static_projection_warns_once():
+    with pytest.warns(UserWarning, match="input_scale is 1.0 until calibrated") as caught:
+        fuse_linears([nn.Linear(16, 16) for _ in range(3)], PerTensorStatic())
+    assert len([w for w in caught if "until calibrated" in str(w.message)]) == 1
 
 
 def test_fused_projection_without_recipe_is_the_concatenated_linear():

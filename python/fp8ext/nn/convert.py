@@ -89,9 +89,11 @@ def select_linears(model: nn.Module, include=None, exclude=None, keep_lm_head: b
     tied = _tied_to_embedding(model)
     head = _output_embeddings(model)
     targets, skipped = [], []
+    if isinstance(model, FP8Linear):
+        raise ValueError("model is itself an FP8Linear (converted already): convert replaces submodules")
     for name, module in model.named_modules():
-        if isinstance(module, FP8Linear) and name:  # converted by an earlier call: listed, so that a
-            skipped.append((name, f"already FP8Linear ({type(module.recipe).__name__})"))  # second call says why
+        if isinstance(module, FP8Linear):  # converted by an earlier call: listed, so that a second call says why
+            skipped.append((name, f"already FP8Linear ({type(module.recipe).__name__})"))
             continue
         if not isinstance(module, nn.Linear):
             continue

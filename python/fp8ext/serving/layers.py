@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -9,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fp8ext.checks import is_finite_number
-from fp8ext.nn.linear import K_ALIGN, FP8Linear
+from fp8ext.nn.linear import K_ALIGN, STATIC_UNCALIBRATED, FP8Linear
 from fp8ext.ops.fused import rotate_half
 from fp8ext.quantize import add_rms_norm_quantize, rms_norm_quantize, silu_mul_quantize
 from fp8ext.ops.reference import GROUP  # the block-wise recipe's weight block
@@ -159,10 +160,12 @@ def fuse_linears(shards, recipe: Recipe | None = None) -> nn.Module:
     fused.weight.requires_grad_(False)
     if recipe is None:
         return fused
-    layer = FP8Linear.from_linear(fused, recipe)
+    if recipe.activation_mode == "static":  # once for the fused layer, not once a shard
+        warnings.warn(STATIC_UNCALIBRATED, stacklevel=2)
+    layer = FP8Linear.quantized_from(fused, recipe)
     if recipe.weight_granularity == "block" and any(s.out_features % GROUP for s in shards):
         return layer
-    parts = [FP8Linear.from_linear(s, recipe) for s in shards]
+    parts = [FP8Linear.quantized_from(s, recipe) for s in shards]
     layer.weight.copy_(torch.cat([p.weight for p in parts]))
     if recipe.weight_granularity == "per_tensor":
         scale = torch.cat([p.weight_scale.reshape(1).expand(p.out_features) for p in parts])
