@@ -487,15 +487,7 @@ cudaError_t launch_pipelined(dim3 grid, cudaStream_t stream, const DecodeArgs& a
     return e;
   });
   if (err != cudaSuccess) return err;
-  cudaLaunchAttribute attr[1];
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kPipelineSmemBytes;
-  config.stream = stream;
-  config.attrs = attr;
-  config.numAttrs = pdl_attribute(attr[0]);
-  return cudaLaunchKernelEx(&config, kernel, a);
+  return launch_with_smem(kernel, grid, dim3(kThreads), kPipelineSmemBytes, stream, a);
 }
 
 template <typename Q, CacheDType C>

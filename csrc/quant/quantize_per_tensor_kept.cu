@@ -236,19 +236,12 @@ cudaError_t launch_kept_pass(const T* in, uint8_t* out, int64_t n, const ScaleRu
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
   const int64_t tiles = ceil_div(n, kTileElems);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>({int64_t{num_sms()}, tiles, int64_t{kMaxBlocks}})));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmem;
-  config.stream = stream;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>({int64_t{num_sms()}, tiles, int64_t{kMaxBlocks}})));
   // A plain launch (with PDL): the barrier needs no block to be resident but
   // the ones running (see kept_pass_kernel). A cooperative launch, which would
   // keep the whole grid resident, cost ~10 us a call (176 us against 165 at
   // 16384 x 8192 bf16, H200).
-  cudaLaunchAttribute attr[1];
-  config.attrs = attr;
-  config.numAttrs = pdl_attribute(attr[0]);
-  return cudaLaunchKernelEx(&config, kernel, in, out, n, rule, scale_out, workspace);
+  return launch_with_smem(kernel, grid, dim3(kThreads), kSmem, stream, in, out, n, rule, scale_out, workspace);
 }
 
 // FP8EXT_QUANT_KEEP: "1" takes the kept-share kernel at any size (tests, A/B),

@@ -344,15 +344,8 @@ bool try_ring(const Input<T>& in, const Input<T>& weight, float eps, const Outpu
   }
   const int64_t wave = int64_t{per_sm} * current_device_info().sm_count;
   if (wave == 0 || (setting == RingSetting::kAuto && in.rows < kRingMinWaves * wave)) return false;
-  cudaLaunchAttribute attr[1];
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(std::min(in.rows, wave)));
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = static_cast<size_t>(smem);
-  config.stream = stream;
-  config.attrs = attr;
-  config.numAttrs = pdl_attribute(attr[0]);
-  err = cudaLaunchKernelEx(&config, kernel, in, weight, eps, out, rule, row_scales, add);
+  err = launch_with_smem(kernel, dim3(static_cast<unsigned>(std::min(in.rows, wave))), dim3(threads),
+                         static_cast<size_t>(smem), stream, in, weight, eps, out, rule, row_scales, add);
   return true;
 }
 

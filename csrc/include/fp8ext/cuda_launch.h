@@ -78,17 +78,25 @@ inline unsigned pdl_attribute(cudaLaunchAttribute& attr) {
   return 1;
 }
 
-// kernel<<<grid, block, 0, stream>>>(args...), with PDL when it is on.
+// kernel<<<grid, block, smem_bytes, stream>>>(args...), with PDL when it is on.
 template <typename... Params, typename... Args>
-cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+cudaError_t launch_with_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                             Args&&... args) {
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
   config.attrs = attr;
   config.numAttrs = pdl_attribute(attr[0]);
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// kernel<<<grid, block, 0, stream>>>(args...), with PDL when it is on.
+template <typename... Params, typename... Args>
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+  return launch_with_smem(kernel, grid, block, 0, stream, std::forward<Args>(args)...);
 }
 
 // Runs `set` (a cudaFuncSetAttribute call or two) once per Kernel, device and
