@@ -10,8 +10,6 @@ namespace fp8ext::cuda {
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-inline int64_t element_bytes(DType d) { return d == DType::kFloat32 ? 4 : 2; }
-
 // nullptr when A [m, k] (row stride lda), B [n, k] (ldb) and D [m, n] (ldd, dtype d)
 // can go to the kernels as they are; else why not.
 inline const char* tma_gemm_unsupported_reason(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,

@@ -257,7 +257,7 @@ bool kept_pass_wanted(int64_t bytes) {
 
 bool per_tensor_fits_kept_pass(const ConstMatrix& x, const Fp8Matrix& q) {
   const int64_t n = x.rows * x.cols;
-  const int64_t elem = x.dtype == DType::kFloat32 ? 4 : 2;
+  const int64_t elem = element_bytes(x.dtype);
   return n > 0 && current_device_info().hopper() && kept_pass_wanted(n * elem) &&
          (x.rows <= 1 || x.row_stride == x.cols) && q.padded_cols == q.cols && (n * elem) % 16 == 0 &&
          aligned(x.data, 16) && aligned(q.data, 16);

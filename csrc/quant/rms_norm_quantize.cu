@@ -281,8 +281,6 @@ constexpr int64_t kRingMinWaves = 2;
 // one-row kernel fits one 512-thread block an SM.
 constexpr int64_t kRingMinAddRowBytes = 8 << 10;
 
-int64_t element_bytes(DType t) { return t == DType::kFloat32 ? 4 : 2; }
-
 // Whether the ring kernel can take x: whole 16-byte aligned rows of whole
 // chunks that one block holds (chunks <= kThreads), on sm_90.
 bool ring_applies(const ConstMatrix& x, const void* residual, int64_t chunks) {

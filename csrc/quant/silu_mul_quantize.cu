@@ -123,7 +123,7 @@ cudaError_t silu_mul_quantize_per_row(const ConstMatrix& x, const ScaleRule& rul
   const bool prefetch = x.dtype != DType::kFloat32 && threads > kThreads / 2 && chunks <= threads &&
                         x.rows >= 4 * current_device_info().sm_count;
   const Output out = make_output(q);
-  const size_t elem = x.dtype == DType::kFloat32 ? 4 : 2;
+  const int64_t elem = element_bytes(x.dtype);
   const ConstMatrix gate{x.data, x.dtype, x.rows, half, x.row_stride};
   const ConstMatrix up{static_cast<const char*>(x.data) + half * elem, x.dtype, x.rows, half, x.row_stride};
   cudaError_t err = cudaSuccess;

@@ -10,6 +10,8 @@ namespace fp8ext {
 
 enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
+inline int64_t element_bytes(DType d) { return d == DType::kFloat32 ? 4 : 2; }
+
 // A read-only row-major matrix whose rows may be padded (row_stride >= cols).
 struct ConstMatrix {
   const void* data;
