@@ -23,21 +23,15 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import graph_time_ms, print_table, time_ms, write_results  # noqa: E402
+from bench_quantize import F8, plain_per_token as per_token  # noqa: E402  (the per-token anchor)
+from benchlib import codes_differing, graph_time_ms, print_table, time_ms, write_results  # noqa: E402
 
-F8 = torch.float8_e4m3fn
-FMAX = 448.0
 HIDDEN, INTERMEDIATE = 4096, 14336
 EPS = 1e-5
 GRAPH_UP_TO_M = 1024  # rows up to this many are graph-timed
 
 
 # ---- the plain PyTorch code (the anchor, compiled) -----------------------------
-def per_token(y):
-    s = (y.abs().amax(-1, keepdim=True).float() / FMAX).clamp(min=2**-126)
-    return (y.float() / s).clamp(-FMAX, FMAX).to(F8), s
-
-
 def hf_rms_norm(x, w):
     """Hugging Face Llama's rounding: fp32 norm, back to x's dtype, then the weight."""
     xf = x.float()
@@ -102,24 +96,6 @@ def cases(m):
     ]
 
 
-def codes_differing(ours, ref, name, max_share, max_rel):
-    """The share of codes that differ from `ref`'s; raises past max_share of them
-    or past max_rel relative error. Against our unfused path only silu may move
-    a few codes (the special-function unit's exp2: quantize.silu_mul_quantize).
-    The compiled anchor keeps fp32 between the ops that the plain code rounds
-    to bf16 (inductor's upcast), which moves a few percent of codes one step
-    (3.7% for silu on the CPU); a wrong kernel moves far more."""
-    a, b = ours.float(), ref.float()
-    if not torch.equal(a.isnan(), b.isnan()):
-        raise AssertionError(f"{name}: NaN codes where the reference has none, or the other way")
-    diff = (a != b) & ~a.isnan()
-    frac = diff.float().mean().item()
-    rel = ((a - b).nan_to_num().norm() / b.nan_to_num().norm().clamp(min=1e-30)).item()
-    if frac > max_share or rel > max_rel:
-        raise AssertionError(f"{name}: {frac:.2e} of codes differ (rel err {rel:.2e})")
-    return frac
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results")
@@ -136,6 +112,10 @@ def main():
             got, plain_path = ours(), unfused()
             check_rest(got, plain_path, name)
             out = codes(got)
+            # Against our unfused path only silu may move a few codes (the special-function
+            # unit's exp2: quantize.silu_mul_quantize). The compiled anchor keeps fp32 between
+            # the ops that the plain code rounds to bf16 (inductor's upcast), which moves a few
+            # percent of codes one step (3.7% for silu on the CPU); a wrong kernel moves far more.
             vs_unfused = codes_differing(out, codes(plain_path), f"{name} vs the unfused path", 1e-2, 1e-2)
             vs_anchor = codes_differing(out, codes(anchor()), f"{name} vs the anchor", 0.1, 0.05)
             t_ours, t_unfused, t_anchor = timer(ours), timer(unfused), timer(anchor)

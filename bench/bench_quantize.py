@@ -23,7 +23,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import graph_time_ms, print_table, time_ms, write_results  # noqa: E402
+from benchlib import codes_differing, graph_time_ms, print_table, time_ms, write_results  # noqa: E402
 
 F8 = torch.float8_e4m3fn
 FMAX = 448.0
@@ -85,14 +85,7 @@ def cases(x, decode):
 def check(ours, anchor, name):
     """Ours against the compiled anchor: codes may differ by one step where the
     anchor's division is not IEEE; nothing else may."""
-    a, b = ours.float(), anchor.float()
-    both_nan = torch.isnan(a) & torch.isnan(b)
-    diff = ((a - b).abs() > 0) & ~both_nan
-    frac = diff.float().mean().item()
-    rel = ((a - b).nan_to_num().norm() / b.nan_to_num().norm().clamp(min=1e-30)).item()
-    if frac > 1e-3 or rel > 1e-2:
-        raise AssertionError(f"{name}: {frac:.2e} of codes differ from the anchor (rel err {rel:.2e})")
-    return frac
+    return codes_differing(ours, anchor, f"{name} vs the anchor", 1e-3, 1e-2)
 
 
 def main():

@@ -189,6 +189,20 @@ def same_output(got: torch.Tensor, ref: torch.Tensor, exact: bool) -> bool:
     return torch.equal(got, ref) if exact else relative_error(got, ref) < 1e-2
 
 
+def codes_differing(ours: torch.Tensor, ref: torch.Tensor, name: str, max_share: float, max_rel: float) -> float:
+    """The share of FP8 codes of `ours` that differ from `ref`'s; raises past
+    max_share of them, past max_rel relative error, or where only one of the
+    two holds a NaN (a NaN code must never pass as equal to a finite one)."""
+    a, b = ours.float(), ref.float()
+    if not torch.equal(a.isnan(), b.isnan()):
+        raise AssertionError(f"{name}: NaN codes where the reference has none, or the other way")
+    frac = ((a != b) & ~a.isnan()).float().mean().item()
+    rel = ((a - b).nan_to_num().norm() / b.nan_to_num().norm().clamp(min=1e-30)).item()
+    if frac > max_share or rel > max_rel:
+        raise AssertionError(f"{name}: {frac:.2e} of codes differ (rel err {rel:.2e})")
+    return frac
+
+
 def write_results(out_dir: str, name: str, rows: list) -> str:
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"{name}.json")
