@@ -84,6 +84,19 @@ struct Pair<__half> {
   static __device__ __forceinline__ float2 unpack(Packed p) { return __half22float2(p); }
 };
 
+// A streaming (evict-first) 16-byte load if `on`, else zeros, with no branch:
+// a predicated ld.global.cs (volatile, as __ldcs, so it stays after the PDL wait).
+__device__ __forceinline__ uint4 load_streaming_if(bool on, const uint4* p) {
+  uint4 v;
+  asm volatile(
+      "{\n .reg .pred on;\n setp.ne.b32 on, %5, 0;\n"
+      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+      " @on ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(static_cast<int>(on)));
+  return v;
+}
+
 // The input matrix, typed. `vec` says rows start 16-byte aligned, so a chunk
 // starting at a multiple of 16 columns can be read with vector loads. A chunk
 // can be kept raw (in its input type: half the registers of floats for 16-bit
@@ -111,6 +124,34 @@ struct Input {
 #pragma unroll
       for (int i = 0; i < kWords; ++i) raw.words[i] = __ldcs(reinterpret_cast<const uint4*>(p) + i);
     } else if (kCompact) {
+      raw = load_elementwise(p, cols - c0);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) raw.elems[i] = c0 + i < cols ? p[i] : T(0.0f);
+    }
+  }
+
+  // load_raw in two halves, for kernels that load several chunks or operands
+  // at once: issue_raw starts chunk c0's vector load where load_raw would take
+  // it, predicated (zeros elsewhere, and where !active), and finish_raw loads
+  // the other chunks element-wise. Issue every chunk before finishing any:
+  // where a branch around a load merges, nvcc unpacks Raw's 16-bit elements,
+  // which waits for the load (RMSNorm's x, weight and residual loads had gone
+  // one after another: three memory round trips where one was needed).
+  __device__ __forceinline__ bool vector_chunk(int64_t c0) const { return vec && c0 + kChunk <= cols; }
+
+  __device__ __forceinline__ void issue_raw(int64_t r, int64_t c0, Raw& raw, bool active = true) const {
+    const auto* p = reinterpret_cast<const uint4*>(data + r * row_stride + c0);
+    const bool on = active && vector_chunk(c0);
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) raw.words[i] = load_streaming_if(on, p + i);
+  }
+
+  template <bool kCompact = false>
+  __device__ __forceinline__ void finish_raw(int64_t r, int64_t c0, Raw& raw, bool active = true) const {
+    if (!active || vector_chunk(c0)) return;
+    const T* p = data + r * row_stride + c0;
+    if (kCompact) {
       raw = load_elementwise(p, cols - c0);
     } else {
 #pragma unroll
@@ -337,22 +378,36 @@ __device__ __forceinline__ float chunk_amax(const float (&v)[kChunk]) {
   return m != INFINITY ? m : chunk_finite_max(v);
 }
 
-// Loads this thread's first N chunk columns of row r (threadIdx.x + k *
-// blockDim.x) raw into registers, all loads issued together; chunks past the
-// row hold zeros (the K padding).
-template <bool kCompact = false, int N, typename T>
-__device__ __forceinline__ void load_row_chunks(const Input<T>& in, int64_t r, int64_t chunks,
-                                                typename Input<T>::Raw (&raw)[N]) {
+// This thread's first N chunk columns of row r (threadIdx.x + k * blockDim.x)
+// raw into registers, in Input's two halves: issue_row_chunks for every
+// operand a kernel needs, then finish_row_chunks for each (see issue_raw).
+// Chunks past the row hold zeros (the K padding).
+template <int N, typename T>
+__device__ __forceinline__ void issue_row_chunks(const Input<T>& in, int64_t r, int64_t chunks,
+                                                 typename Input<T>::Raw (&raw)[N]) {
 #pragma unroll
   for (int k = 0; k < N; ++k) {
     const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
-    if (c < chunks) {
-      in.template load_raw<kCompact>(r, c * kChunk, raw[k]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < Input<T>::kWords; ++i) raw[k].words[i] = make_uint4(0, 0, 0, 0);
-    }
+    in.issue_raw(r, c * kChunk, raw[k], c < chunks);
   }
+}
+
+template <bool kCompact = false, int N, typename T>
+__device__ __forceinline__ void finish_row_chunks(const Input<T>& in, int64_t r, int64_t chunks,
+                                                  typename Input<T>::Raw (&raw)[N]) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
+    in.template finish_raw<kCompact>(r, c * kChunk, raw[k], c < chunks);
+  }
+}
+
+// Both halves, for a kernel with one operand.
+template <bool kCompact = false, int N, typename T>
+__device__ __forceinline__ void load_row_chunks(const Input<T>& in, int64_t r, int64_t chunks,
+                                                typename Input<T>::Raw (&raw)[N]) {
+  issue_row_chunks(in, r, chunks, raw);
+  finish_row_chunks<kCompact>(in, r, chunks, raw);
 }
 
 // Finite amax of chunks held raw in registers. All loads must have been issued

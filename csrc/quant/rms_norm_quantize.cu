@@ -96,12 +96,14 @@ __global__ void __launch_bounds__(kThreads) rms_norm_quantize_kernel(Input<T> in
       prefetch_span_l2(res_next, res_next + in.cols);
     }
   }
-  Raw h[1], w_own[1];  // the own chunks of x (or of x + residual) and of the weight
-  load_row_chunks<true>(in, r, read_chunks, h);
-  load_row_chunks<true>(weight, 0, read_chunks, w_own);
+  Raw h[1], w_own[1], res[1];  // the own chunks of x (or of x + residual), the weight and the residual
+  issue_row_chunks(in, r, read_chunks, h);  // every load in flight before any is waited for
+  issue_row_chunks(weight, 0, read_chunks, w_own);
+  if constexpr (kAdd) issue_row_chunks(add.residual, r, read_chunks, res);
+  finish_row_chunks<false>(in, r, read_chunks, h);
+  finish_row_chunks<false>(weight, 0, read_chunks, w_own);
   if constexpr (kAdd) {  // written out once: the next residual
-    Raw res[1];
-    load_row_chunks<true>(add.residual, r, read_chunks, res);
+    finish_row_chunks<false>(add.residual, r, read_chunks, res);
     float a[kChunk], b[kChunk];
     Input<T>::unpack(h[0], a);
     Input<T>::unpack(res[0], b);
