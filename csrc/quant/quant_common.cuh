@@ -84,16 +84,25 @@ struct Pair<__half> {
   static __device__ __forceinline__ float2 unpack(Packed p) { return __half22float2(p); }
 };
 
-// A streaming (evict-first) 16-byte load if `on`, else zeros, with no branch:
-// a predicated ld.global.cs (volatile, as __ldcs, so it stays after the PDL wait).
-__device__ __forceinline__ uint4 load_streaming_if(bool on, const uint4* p) {
+// A 16-byte load if `on`, else zeros, with no branch: a predicated ld.global,
+// streaming (evict-first) unless kStreaming is false (volatile, as __ldcs, so
+// it stays after the PDL wait).
+template <bool kStreaming = true>
+__device__ __forceinline__ uint4 load_if(bool on, const uint4* p) {
   uint4 v;
-  asm volatile(
-      "{\n .reg .pred on;\n setp.ne.b32 on, %5, 0;\n"
-      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-      " @on ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(static_cast<int>(on)));
+  const int pred = on;
+#define FP8EXT_LOAD_IF(OP)                                                                        \
+  asm volatile("{\n .reg .pred on;\n setp.ne.b32 on, %5, 0;\n"                                   \
+               " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"              \
+               " @on " OP " {%0, %1, %2, %3}, [%4];\n}"                                             \
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)                                       \
+               : "l"(p), "r"(pred))
+  if constexpr (kStreaming) {
+    FP8EXT_LOAD_IF("ld.global.cs.v4.u32");
+  } else {
+    FP8EXT_LOAD_IF("ld.global.v4.u32");
+  }
+#undef FP8EXT_LOAD_IF
   return v;
 }
 
@@ -140,11 +149,12 @@ struct Input {
   // one after another: three memory round trips where one was needed).
   __device__ __forceinline__ bool vector_chunk(int64_t c0) const { return vec && c0 + kChunk <= cols; }
 
+  template <bool kStreaming = true>
   __device__ __forceinline__ void issue_raw(int64_t r, int64_t c0, Raw& raw, bool active = true) const {
     const auto* p = reinterpret_cast<const uint4*>(data + r * row_stride + c0);
     const bool on = active && vector_chunk(c0);
 #pragma unroll
-    for (int i = 0; i < kWords; ++i) raw.words[i] = load_streaming_if(on, p + i);
+    for (int i = 0; i < kWords; ++i) raw.words[i] = load_if<kStreaming>(on, p + i);
   }
 
   template <bool kCompact = false>
@@ -382,13 +392,13 @@ __device__ __forceinline__ float chunk_amax(const float (&v)[kChunk]) {
 // raw into registers, in Input's two halves: issue_row_chunks for every
 // operand a kernel needs, then finish_row_chunks for each (see issue_raw).
 // Chunks past the row hold zeros (the K padding).
-template <int N, typename T>
+template <bool kStreaming = true, int N, typename T>
 __device__ __forceinline__ void issue_row_chunks(const Input<T>& in, int64_t r, int64_t chunks,
                                                  typename Input<T>::Raw (&raw)[N]) {
 #pragma unroll
   for (int k = 0; k < N; ++k) {
     const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
-    in.issue_raw(r, c * kChunk, raw[k], c < chunks);
+    in.template issue_raw<kStreaming>(r, c * kChunk, raw[k], c < chunks);
   }
 }
 
