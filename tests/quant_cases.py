@@ -7,8 +7,10 @@ FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
 SHAPES = [(1, 1), (1, 4100), (7, 1), (3, 127), (5, 129), (130, 257), (33, 1000), (256, 128)]
 
 
-def random_input(shape, dtype, seed, outliers=True, non_finite=False, zero_row=False):
-    """Values spanning several binades, with outlier channels, optional NaN/Inf and a zero row."""
+def random_input(shape, dtype, seed, outliers=True, non_finite=False, zero_row=False, signed_zeros=False):
+    """Values spanning several binades, with outlier channels, optional NaN/Inf, a zero row and
+    +0 / -0 scattered among the other values (1 element in 64: the CUDA kernels keep a zero's
+    sign without an IEEE division, and -0 must stay the code 0x80)."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(shape, generator=g) * torch.exp2(torch.randint(-8, 8, shape, generator=g).float())
     if outliers and shape[-1] > 3:
@@ -24,6 +26,11 @@ def random_input(shape, dtype, seed, outliers=True, non_finite=False, zero_row=F
         flat[idx[2]] = float("-inf")
     if zero_row and x.shape[0] > 1:
         x[1] = 0
+    if signed_zeros and x.numel():
+        zeros = torch.rand(shape, generator=g) < 1 / 64
+        negative = torch.rand(shape, generator=g) < 0.5
+        x[zeros & negative] = -0.0
+        x[zeros & ~negative] = 0.0
     return x
 
 

@@ -477,3 +477,31 @@ def test_cuda_refuses_bad_arguments():
         op(x, weight.cpu(), 1e-5, torch.float8_e4m3fn, 0, False, 16)
     with pytest.raises(ValueError, match=r"x must be \[M, 2 \* I\]"):
         torch.ops.fp8ext.silu_mul_quantize_per_row(x[:, :63], torch.float8_e4m3fn, 0, False, 16)
+
+
+@pytest.mark.gpu
+@each_fp8
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_fused_kernels_keep_the_sign_of_a_zero(fp8, dtype, seed):
+    """The fused CUDA kernels keep a zero on their fast path (no IEEE division for it), sign
+    included: where the value quantized is exactly +0 or -0 (x's own zeros, x + residual
+    cancelling, gate or up zero), the CUDA code is the CPU's byte, 0x00 or 0x80. (Elsewhere a
+    fused kernel may differ from the CPU by one step: tests above.)"""
+    shape = (48, 4096)
+    x, weight = inputs(shape, dtype, seed, signed_zeros=True)
+    residual = random_input(shape, dtype, seed + 2)
+    cancel = torch.rand(shape, generator=torch.Generator().manual_seed(seed + 3)) < 1 / 64
+    residual[cancel] = -x[cancel]  # x + residual = +0 there
+    residual[(x == 0) & torch.signbit(x)] = -0.0  # -0 + -0 = -0
+    gate_up = random_input((shape[0], 2 * shape[1]), dtype, seed + 4, signed_zeros=True)
+    gate, up = gate_up.chunk(2, dim=-1)
+    recipe = RowWise(activation_format=fp8, weight_format=fp8)
+    runs = {"rms_norm": (lambda d: rms_norm_quantize(x.to(d), weight.to(d), 1e-5, recipe), x == 0),
+            "add_rms_norm": (lambda d: add_rms_norm_quantize(x.to(d), residual.to(d), weight.to(d), 1e-5, recipe),
+                             x + residual == 0),
+            "silu_mul": (lambda d: silu_mul_quantize(gate_up.to(d), recipe), (gate == 0) | (up == 0))}
+    for name, (run, zero) in runs.items():
+        want, got = run("cpu")[0].view(torch.uint8), run("cuda")[0].cpu().view(torch.uint8)
+        assert ((want[zero] & 0x7F) == 0).all(), name
+        assert (want[zero] == 0x80).any() and (want[zero] == 0).any(), name  # both signs are tested
+        assert torch.equal(got[zero], want[zero]), name

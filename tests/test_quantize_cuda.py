@@ -25,7 +25,7 @@ def same_bits(a, b):
 @pytest.mark.parametrize("fp8", FP8, ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_cuda_matches_cpu(op, dtype, fp8, shape, seed):
-    x = random_input(shape, dtype, seed, non_finite=True, zero_row=True)
+    x = random_input(shape, dtype, seed, non_finite=True, zero_row=True, signed_zeros=True)
     for margin, pow2, pad in [(0, False, 0), (2, True, 16)]:
         q, s = getattr(torch.ops.fp8ext, op)(x.cuda(), fp8, margin, pow2, pad)
         q_cpu, s_cpu = getattr(torch.ops.fp8ext, op)(x, fp8, margin, pow2, pad)
