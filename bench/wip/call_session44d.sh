@@ -48,7 +48,8 @@ rm -f csrc/quant/rms_v_*.cu
 grep -E "duration|dram__|lts__" $OUT/ncu_add.log | tail -5
 bash scripts/device/run.sh $OUT build > $OUT/run_build.txt 2>&1; tail -2 $OUT/run_build.txt
 (cd /tmp && timeout 150 python3 -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml=$OUT/gpu_quant.xml \
-  $R/tests/test_fused_quantize.py $R/tests/test_quantize_cuda.py > $OUT/pytest.log 2>&1); tail -2 $OUT/pytest.log
+  $R/tests/test_fused_quantize.py $R/tests/test_quantize_cuda.py -k "not test_quantize_cuda.py or matches_cpu or graph" \
+  > $OUT/pytest.log 2>&1); tail -2 $OUT/pytest.log
 (cd /tmp && timeout 100 python3 $R/bench/bench_fused_quantize.py --out $OUT > $OUT/bench_fused.log 2>&1)
 tail -11 $OUT/bench_fused.log
 cd $OUT && tar czf logs.tgz --remove-files *.log run_build.txt
