@@ -74,8 +74,14 @@ struct ResidualAdd {
 };
 
 // kPrefetch (residual variant only): ask L2 for the rows `wave` blocks ahead.
+// The bounds' second figure: under the plain 512-thread bound ptxas kept the
+// residual kernel to 64 registers and spilled; with room (78 in bf16, three
+// 256-thread blocks an SM at 4096 columns) it ran 8192 x 4096 in 84.4 us
+// against 101.1 (H100, bench/NOTES.md session 44). The plain kernel keeps 58
+// (bf16) under "2"; its fp32 build spills 224 bytes there (67 registers with no
+// second figure), unmeasured, as fp32 is everywhere in this file.
 template <typename T, Fp8Format F, bool kAdd, bool kPrefetch = false>
-__global__ void __launch_bounds__(kThreads) rms_norm_quantize_kernel(Input<T> in, Input<T> weight, float eps,
+__global__ void __launch_bounds__(kThreads, kAdd ? 1 : 2) rms_norm_quantize_kernel(Input<T> in, Input<T> weight, float eps,
                                                                      Output out, ScaleRule rule, float* row_scales,
                                                                      ResidualAdd<T> add, int64_t wave) {
   using Raw = typename Input<T>::Raw;
