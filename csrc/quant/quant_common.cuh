@@ -425,12 +425,23 @@ __device__ __forceinline__ void finish_row_chunks(const Input<T>& in, int64_t r,
   }
 }
 
-// Both halves, for a kernel with one operand.
+// The same chunks in one step, for a kernel with one operand (per-row
+// quantization, the ring kernel's weight): there the branches merge in whole
+// words (SASS), so its loads already went out together, and the per-token
+// kernel's issue-3 figures were measured with this code.
 template <bool kCompact = false, int N, typename T>
 __device__ __forceinline__ void load_row_chunks(const Input<T>& in, int64_t r, int64_t chunks,
                                                 typename Input<T>::Raw (&raw)[N]) {
-  issue_row_chunks(in, r, chunks, raw);
-  finish_row_chunks<kCompact>(in, r, chunks, raw);
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
+    if (c < chunks) {
+      in.template load_raw<kCompact>(r, c * kChunk, raw[k]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < Input<T>::kWords; ++i) raw[k].words[i] = make_uint4(0, 0, 0, 0);
+    }
+  }
 }
 
 // Finite amax of chunks held raw in registers. All loads must have been issued

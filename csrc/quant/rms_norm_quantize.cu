@@ -213,7 +213,8 @@ __global__ void __launch_bounds__(kThreads) rms_norm_quantize_ring_kernel(Input<
   if (threadIdx.x == 0)
     for (int64_t j = 0; j < kRingRows && j < rows; ++j) issue(j);
   Raw w_own[1];
-  load_row_chunks<true>(weight, 0, read_chunks, w_own);
+  issue_row_chunks(weight, 0, read_chunks, w_own);
+  finish_row_chunks<true>(weight, 0, read_chunks, w_own);
   for (int64_t j = 0; j < rows; ++j) {
     const int64_t r = blockIdx.x + j * gridDim.x;
     barrier_wait(&full[j % kRingRows], static_cast<uint32_t>(j / kRingRows) & 1u);
