@@ -401,28 +401,27 @@ __device__ __forceinline__ float chunk_amax(const float (&v)[kChunk]) {
   return m != INFINITY ? m : chunk_finite_max(v);
 }
 
-// This thread's first N chunk columns of row r (threadIdx.x + k * blockDim.x)
-// raw into registers, in Input's two halves: issue_row_chunks for every
-// operand a kernel needs, then finish_row_chunks for each (see issue_raw).
-// Chunks past the row hold zeros (the K padding).
+// Calls fn(k, c) for this thread's first N chunk columns of a row, c =
+// threadIdx.x + k * blockDim.x (the chunks a one-row block keeps in registers).
+template <int N, class Fn>
+__device__ __forceinline__ void for_own_chunks(Fn&& fn) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) fn(k, threadIdx.x + int64_t{k} * blockDim.x);
+}
+
+// This thread's own chunks of row r raw into registers, in Input's two halves:
+// issue_row_chunks for every operand a kernel needs, then finish_row_chunks
+// for each (see issue_raw). Chunks past the row hold zeros (the K padding).
 template <bool kStreaming = true, int N, typename T>
 __device__ __forceinline__ void issue_row_chunks(const Input<T>& in, int64_t r, int64_t chunks,
                                                  typename Input<T>::Raw (&raw)[N]) {
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
-    in.template issue_raw<kStreaming>(r, c * kChunk, raw[k], c < chunks);
-  }
+  for_own_chunks<N>([&](int k, int64_t c) { in.template issue_raw<kStreaming>(r, c * kChunk, raw[k], c < chunks); });
 }
 
 template <bool kCompact = false, int N, typename T>
 __device__ __forceinline__ void finish_row_chunks(const Input<T>& in, int64_t r, int64_t chunks,
                                                   typename Input<T>::Raw (&raw)[N]) {
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
-    in.template finish_raw<kCompact>(r, c * kChunk, raw[k], c < chunks);
-  }
+  for_own_chunks<N>([&](int k, int64_t c) { in.template finish_raw<kCompact>(r, c * kChunk, raw[k], c < chunks); });
 }
 
 // The same chunks in one step, for a kernel with one operand (per-row
@@ -433,7 +432,7 @@ template <bool kCompact = false, int N, typename T>
 __device__ __forceinline__ void load_row_chunks(const Input<T>& in, int64_t r, int64_t chunks,
                                                 typename Input<T>::Raw (&raw)[N]) {
 #pragma unroll
-  for (int k = 0; k < N; ++k) {
+  for (int k = 0; k < N; ++k) {  // (written out: for_own_chunks changed this kernel's SASS)
     const int64_t c = threadIdx.x + int64_t{k} * blockDim.x;
     if (c < chunks) {
       in.template load_raw<kCompact>(r, c * kChunk, raw[k]);
