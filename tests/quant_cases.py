@@ -18,6 +18,11 @@ def random_input(shape, dtype, seed, outliers=True, non_finite=False, zero_row=F
     if dtype == torch.float16:
         x = x.clamp(-6e4, 6e4)
     x = x.to(dtype)
+    if signed_zeros and x.numel():  # before the NaN/Inf and the zero row, so as not to overwrite them
+        zeros = torch.rand(shape, generator=g) < 1 / 64
+        negative = torch.rand(shape, generator=g) < 0.5
+        x[zeros & negative] = -0.0
+        x[zeros & ~negative] = 0.0
     if non_finite and x.numel() >= 4:
         flat = x.view(-1)
         idx = torch.randperm(flat.numel(), generator=g)[:3]
@@ -26,11 +31,6 @@ def random_input(shape, dtype, seed, outliers=True, non_finite=False, zero_row=F
         flat[idx[2]] = float("-inf")
     if zero_row and x.shape[0] > 1:
         x[1] = 0
-    if signed_zeros and x.numel():
-        zeros = torch.rand(shape, generator=g) < 1 / 64
-        negative = torch.rand(shape, generator=g) < 0.5
-        x[zeros & negative] = -0.0
-        x[zeros & ~negative] = 0.0
     return x
 
 

@@ -505,3 +505,28 @@ def test_fused_kernels_keep_the_sign_of_a_zero(fp8, dtype, seed):
         assert ((want[zero] & 0x7F) == 0).all(), name
         assert (want[zero] == 0x80).any() and (want[zero] == 0).any(), name  # both signs are tested
         assert torch.equal(got[zero], want[zero]), name
+
+
+@pytest.mark.gpu
+@each_fp8
+@each_dtype
+def test_silu_mul_quantize_is_bit_exact_where_silu_is_exact(fp8, dtype, seed):
+    """With gate = 32, silu(gate) is 32 on both devices (e^-32 vanishes beside 1, and the CUDA
+    kernel's approximate reciprocal of 0.25 is exact), so y = 32 * up exactly and the fused
+    kernels' quantization must match the CPU bit for bit: signed zeros, NaN, +-Inf, subnormals
+    and (fp32) quotients that underflow, mixed within parts of 8, in rows whose outliers put the
+    scale above 1."""
+    rows, inter = 40, 4100
+    up = random_input((rows, inter), dtype, seed, non_finite=True, zero_row=True, signed_zeros=True)
+    smallest = {torch.float32: 2.0 ** -149, torch.float16: 2.0 ** -24, torch.bfloat16: 2.0 ** -133}[dtype]
+    tiny = torch.finfo(dtype).tiny
+    specials = torch.tensor([smallest, -smallest, 3 * smallest, tiny, -tiny / 2], dtype=torch.float32).to(dtype)
+    g = torch.Generator().manual_seed(seed + 1)
+    where = torch.randperm(up.numel(), generator=g)[:40 * len(specials)]
+    up.view(-1)[where] = specials.repeat(40)
+    x = torch.cat([torch.full_like(up, 32.0), up], dim=-1)
+    recipe = RowWise(activation_format=fp8, weight_format=fp8)
+    want_q, want_s = silu_mul_quantize(x, recipe, pad_k_to=16)
+    q, s = silu_mul_quantize(x.cuda(), recipe, pad_k_to=16)
+    assert same_bits(q.cpu(), want_q)
+    assert torch.equal(s.cpu(), want_s)

@@ -51,8 +51,8 @@ int main(int argc, char** argv) {
     CHECK(cudaMalloc(&residual, n * 2));
     CHECK(cudaMalloc(&sum, n * 2));
     fill_inputs<<<1024, 256>>>(residual, n, false, 3);
-    // RMS_RESIDUAL_COPY_X=1: the residual holds x's values (h = 2x has no zeros; the
-    // fill's residual cancels x exactly in ~1 element of 500).
+    // RMS_RESIDUAL_COPY_X=1: the residual holds x's values (h = 2x: no zeros, as the fill makes
+    // none in x; the fill's own residual cancels x exactly in ~1 element of 500).
     const char* copy_x = std::getenv("RMS_RESIDUAL_COPY_X");
     if (copy_x && std::strcmp(copy_x, "1") == 0) CHECK(cudaMemcpy(residual, x, n * 2, cudaMemcpyDeviceToDevice));
   }
