@@ -81,9 +81,9 @@ struct ResidualAdd {
 // (bf16) under "2"; its fp32 build spills 224 bytes there (67 registers with no
 // second figure), unmeasured, as fp32 is everywhere in this file.
 template <typename T, Fp8Format F, bool kAdd, bool kPrefetch = false>
-__global__ void __launch_bounds__(kThreads, kAdd ? 1 : 2) rms_norm_quantize_kernel(Input<T> in, Input<T> weight, float eps,
-                                                                     Output out, ScaleRule rule, float* row_scales,
-                                                                     ResidualAdd<T> add, int64_t wave) {
+__global__ void __launch_bounds__(kThreads, kAdd ? 1 : 2)
+    rms_norm_quantize_kernel(Input<T> in, Input<T> weight, float eps, Output out, ScaleRule rule, float* row_scales,
+                             ResidualAdd<T> add, int64_t wave) {
   using Raw = typename Input<T>::Raw;
   __shared__ float smem[32];
   const int64_t r = blockIdx.x, own = threadIdx.x;  // `own`: the chunk this thread keeps

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) silu_mul_quantize_kernel(Input<T> ga
       issue_row_chunks(up, r, write_chunks, u_raw);
       finish_row_chunks<true>(gate, r, write_chunks, g_raw);
       finish_row_chunks<true>(up, r, write_chunks, u_raw);
-    } else {  // fp32: the two chunks would not fit the 64 registers beside the rest (it spilled)
+    } else {  // fp32: one operand at a time, as before (four-word chunks, at the 64-register cap)
       issue_row_chunks(gate, r, write_chunks, g_raw);
       finish_row_chunks<true>(gate, r, write_chunks, g_raw);
       issue_row_chunks(up, r, write_chunks, u_raw);
