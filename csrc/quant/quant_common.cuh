@@ -84,25 +84,16 @@ struct Pair<__half> {
   static __device__ __forceinline__ float2 unpack(Packed p) { return __half22float2(p); }
 };
 
-// A 16-byte load if `on`, else zeros, with no branch: a predicated ld.global,
-// streaming (evict-first) unless kStreaming is false (volatile, as __ldcs, so
-// it stays after the PDL wait).
-template <bool kStreaming = true>
-__device__ __forceinline__ uint4 load_if(bool on, const uint4* p) {
+// A streaming (evict-first) 16-byte load if `on`, else zeros, with no branch:
+// a predicated ld.global.cs (volatile, as __ldcs, so it stays after the PDL wait).
+__device__ __forceinline__ uint4 load_streaming_if(bool on, const uint4* p) {
   uint4 v;
-  const int pred = on;
-#define FP8EXT_LOAD_IF(OP)                                                                        \
-  asm volatile("{\n .reg .pred on;\n setp.ne.b32 on, %5, 0;\n"                                   \
-               " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"              \
-               " @on " OP " {%0, %1, %2, %3}, [%4];\n}"                                             \
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)                                       \
-               : "l"(p), "r"(pred))
-  if constexpr (kStreaming) {
-    FP8EXT_LOAD_IF("ld.global.cs.v4.u32");
-  } else {
-    FP8EXT_LOAD_IF("ld.global.v4.u32");
-  }
-#undef FP8EXT_LOAD_IF
+  asm volatile(
+      "{\n .reg .pred on;\n setp.ne.b32 on, %5, 0;\n"
+      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+      " @on ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(static_cast<int>(on)));
   return v;
 }
 
@@ -149,12 +140,11 @@ struct Input {
   // one after another: three memory round trips where one was needed).
   __device__ __forceinline__ bool vector_chunk(int64_t c0) const { return vec && c0 + kChunk <= cols; }
 
-  template <bool kStreaming = true>
   __device__ __forceinline__ void issue_raw(int64_t r, int64_t c0, Raw& raw, bool active = true) const {
     const auto* p = reinterpret_cast<const uint4*>(data + r * row_stride + c0);
     const bool on = active && vector_chunk(c0);
 #pragma unroll
-    for (int i = 0; i < kWords; ++i) raw.words[i] = load_if<kStreaming>(on, p + i);
+    for (int i = 0; i < kWords; ++i) raw.words[i] = load_streaming_if(on, p + i);
   }
 
   template <bool kCompact = false>
@@ -412,10 +402,10 @@ __device__ __forceinline__ void for_own_chunks(Fn&& fn) {
 // This thread's own chunks of row r raw into registers, in Input's two halves:
 // issue_row_chunks for every operand a kernel needs, then finish_row_chunks
 // for each (see issue_raw). Chunks past the row hold zeros (the K padding).
-template <bool kStreaming = true, int N, typename T>
+template <int N, typename T>
 __device__ __forceinline__ void issue_row_chunks(const Input<T>& in, int64_t r, int64_t chunks,
                                                  typename Input<T>::Raw (&raw)[N]) {
-  for_own_chunks<N>([&](int k, int64_t c) { in.template issue_raw<kStreaming>(r, c * kChunk, raw[k], c < chunks); });
+  for_own_chunks<N>([&](int k, int64_t c) { in.issue_raw(r, c * kChunk, raw[k], c < chunks); });
 }
 
 template <bool kCompact = false, int N, typename T>
@@ -424,8 +414,8 @@ __device__ __forceinline__ void finish_row_chunks(const Input<T>& in, int64_t r,
   for_own_chunks<N>([&](int k, int64_t c) { in.template finish_raw<kCompact>(r, c * kChunk, raw[k], c < chunks); });
 }
 
-// The same chunks in one step, for a kernel with one operand (per-row
-// quantization, the ring kernel's weight): there the branches merge in whole
+// The same chunks in one step, where one operand is loaded at a time (per-row
+// quantization, the ring kernel's weight, fp32 SwiGLU): there the branches merge in whole
 // words (SASS), so its loads already went out together, and the per-token
 // kernel's issue-3 figures were measured with this code.
 template <bool kCompact = false, int N, typename T>

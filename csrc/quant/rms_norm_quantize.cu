@@ -106,6 +106,7 @@ __global__ void __launch_bounds__(kThreads, kAdd ? 1 : 2)
   issue_row_chunks(in, r, read_chunks, h);  // every load in flight before any is waited for
   issue_row_chunks(weight, 0, read_chunks, w_own);
   if constexpr (kAdd) issue_row_chunks(add.residual, r, read_chunks, res);
+  // The element-wise rest inline (<false>): out of line, the residual kernel took 85 registers.
   finish_row_chunks<false>(in, r, read_chunks, h);
   finish_row_chunks<false>(weight, 0, read_chunks, w_own);
   if constexpr (kAdd) {  // written out once: the next residual
@@ -213,8 +214,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_quantize_ring_kernel(Input<
   if (threadIdx.x == 0)
     for (int64_t j = 0; j < kRingRows && j < rows; ++j) issue(j);
   Raw w_own[1];
-  issue_row_chunks(weight, 0, read_chunks, w_own);
-  finish_row_chunks<true>(weight, 0, read_chunks, w_own);
+  load_row_chunks<true>(weight, 0, read_chunks, w_own);
   for (int64_t j = 0; j < rows; ++j) {
     const int64_t r = blockIdx.x + j * gridDim.x;
     barrier_wait(&full[j % kRingRows], static_cast<uint32_t>(j / kRingRows) & 1u);

@@ -88,10 +88,8 @@ __global__ void __launch_bounds__(kThreads) silu_mul_quantize_kernel(Input<T> ga
       finish_row_chunks<true>(gate, r, write_chunks, g_raw);
       finish_row_chunks<true>(up, r, write_chunks, u_raw);
     } else {  // fp32: one operand at a time, as before (four-word chunks, at the 64-register cap)
-      issue_row_chunks(gate, r, write_chunks, g_raw);
-      finish_row_chunks<true>(gate, r, write_chunks, g_raw);
-      issue_row_chunks(up, r, write_chunks, u_raw);
-      finish_row_chunks<true>(up, r, write_chunks, u_raw);
+      load_row_chunks<true>(gate, r, write_chunks, g_raw);
+      load_row_chunks<true>(up, r, write_chunks, u_raw);
     }
 #pragma unroll
     for (int k = 0; k < kCached; ++k)
