@@ -87,9 +87,9 @@ def lm_targets(batch) -> torch.Tensor | None:
             if t is not None and not (isinstance(t, torch.Tensor) and t.shape == ids.shape):
                 raise ValueError(f"the batch's {name} must be a tensor shaped like its input_ids "
                                  f"{tuple(ids.shape)}, got {type(t).__name__} {tuple(getattr(t, 'shape', ()))}")
-        if labels is not None and (labels.is_floating_point() or labels.is_complex()):
-            raise TypeError(f"the batch's labels must be integer token ids, got {labels.dtype}")
         if labels is not None:
+            if labels.is_floating_point() or labels.is_complex():
+                raise TypeError(f"the batch's labels must be integer token ids, got {labels.dtype}")
             targets = labels[:, 1:]
         if mask is not None:
             targets = targets.masked_fill(mask[:, 1:] == 0, IGNORE_INDEX)
