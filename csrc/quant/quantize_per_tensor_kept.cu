@@ -179,8 +179,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     float v[kChunk];
     read_chunk(k, tile_words(k), v);
     amax = fmaxf(amax, chunk_amax(v));
-    __syncthreads();  // every thread has read slot k % S
-    if (threadIdx.x == 0) issue_first_pass(k + S);
+    __syncthreads();  // every thread has read slot k % S (generic proxy): fenced before the refill's
+    if (threadIdx.x == 0) {  // writes (async proxy), as in the RMSNorm ring kernel
+      fence_proxy_async_shared();
+      issue_first_pass(k + S);
+    }
   }
   __syncthreads();  // mine_count, mine[] written before pass 1's end
   if (mine_count == 0) return;  // started after the last claim
@@ -219,7 +222,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (j + S <= last + again) {  // load j + S: the re-read of pass-1 load L - S - 1 - (j + S - L - 1)
       __syncthreads();
-      if (threadIdx.x == 0) load_tile(j + S, first_pass_tile(last - kept - 1 - (j + S - last - 1)));
+      if (threadIdx.x == 0) {
+        fence_proxy_async_shared();
+        load_tile(j + S, first_pass_tile(last - kept - 1 - (j + S - last - 1)));
+      }
     }
   }
 #else
