@@ -280,3 +280,10 @@ def test_cuda_ops_refuse_overlapping_pools_and_oversized_grids():
     lens = torch.ones(1, dtype=torch.int32, device="cuda")
     with pytest.raises(ValueError, match="q must have at most 65535 heads"):
         torch.ops.fp8ext.paged_decode_attention(q, k_cache, k_cache.clone(), table, lens, one, one, 0.125, 1, 0, 0.0)
+    # An empty pool passed the tokens check (0 x page_size) with a page size past int32, which the
+    # kernel truncates (16 from 2^32 + 16): it read the block table past its one entry (helper-34).
+    empty = torch.zeros(0, 2**32 + 16, 2, 64, dtype=E4M3, device="cuda")
+    q = torch.zeros(1, 2, 64, dtype=torch.bfloat16, device="cuda")
+    lens = torch.full((1,), 1000, dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="page_size must be below 2"):
+        torch.ops.fp8ext.paged_decode_attention(q, empty, empty.clone(), table, lens, one, one, 0.125, 1, 0, 0.0)

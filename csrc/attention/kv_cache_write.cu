@@ -184,7 +184,7 @@ WriteArgs write_args(int64_t num_tokens, const int64_t* slots, const PagedPool& 
 cudaError_t kv_cache_write_rotary(const RotaryQkv& in, const int64_t* slots, const PagedPool& k_pool,
                                   const PagedPool& v_pool, KvScale k_scale, KvScale v_scale, cudaStream_t stream) {
   const int64_t heads = k_pool.num_kv_heads, dim = k_pool.head_dim;
-  if (dim % (2 * kChunk) != 0 || k_pool.dtype != v_pool.dtype || in.q_heads < 0 ||
+  if (dim % (2 * kChunk) != 0 || !same_pool_geometry(k_pool, v_pool) || in.q_heads < 0 ||
       in.qkv_row_stride < (in.q_heads + 2 * heads) * dim)
     return cudaErrorInvalidValue;
   if (in.num_tokens == 0 || in.q_heads + heads == 0 || dim == 0) return cudaSuccess;
@@ -209,7 +209,7 @@ cudaError_t kv_cache_write(const void* k, const void* v, DType dtype, int64_t nu
                            const PagedPool& k_pool, const PagedPool& v_pool, KvScale k_scale, KvScale v_scale,
                            cudaStream_t stream) {
   const int64_t heads = k_pool.num_kv_heads, dim = k_pool.head_dim;
-  if (dim % kChunk != 0 || k_pool.dtype != v_pool.dtype) return cudaErrorInvalidValue;
+  if (dim % kChunk != 0 || !same_pool_geometry(k_pool, v_pool)) return cudaErrorInvalidValue;
   if (num_tokens == 0 || heads == 0 || dim == 0) return cudaSuccess;
   const WriteArgs a = write_args(num_tokens, slots, k_pool, v_pool, k_scale, v_scale);
   const ConstMatrix km{k, dtype, num_tokens * heads, dim, dim}, vm{v, dtype, num_tokens * heads, dim, dim};

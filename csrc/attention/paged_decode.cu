@@ -540,14 +540,16 @@ size_t paged_decode_workspace_bytes(const DecodeProblem& p) {
 cudaError_t paged_decode_attention(const DecodeProblem& p, void* workspace, cudaStream_t stream) {
   const int64_t kv_heads = p.k.num_kv_heads, dim = p.k.head_dim;
   if (kv_heads < 1 || !decode_head_dim_supported(dim) || p.num_q_heads % kv_heads != 0 || p.num_splits < 1 ||
-      p.k.dtype != p.v.dtype || p.batch > 65535 || p.num_splits > 65535)
+      !same_pool_geometry(p.k, p.v) || p.batch > 65535 || p.num_splits > 65535)
     return cudaErrorInvalidValue;
   if (p.batch == 0 || p.num_q_heads == 0) return cudaSuccess;
   const int group = static_cast<int>(p.num_q_heads / kv_heads);
   const int head_blocks = (group + kMaxHeads - 1) / kMaxHeads;
   if (kv_heads * head_blocks > 65535) return cudaErrorInvalidValue;
-  if (p.k.num_pages * p.k.page_size > INT32_MAX || kv_heads * dim * 2 > INT32_MAX)
-    return cudaErrorInvalidValue;  // cache rows and row bytes are int32 in the kernel
+  if (p.k.page_size < 1 || p.k.page_size > INT32_MAX || p.k.num_pages * p.k.page_size > INT32_MAX ||
+      kv_heads * dim * 2 > INT32_MAX)
+    return cudaErrorInvalidValue;  // page sizes, cache rows and row bytes are int32 in the kernel (an empty
+                                   // pool must not let a page size past int32 through)
   float* part_out = static_cast<float*>(workspace);
   float* part_lse = part_out ? part_out + p.batch * p.num_q_heads * p.num_splits * dim : nullptr;
   // The merge reads the partial outputs as float4.

@@ -255,4 +255,30 @@ FP8EXT_TEST(decode_refuses_a_misaligned_workspace) {
   EXPECT_EQ(cuda::paged_decode_attention(p, nullptr, nullptr), cudaErrorInvalidValue);
 }
 
+// Every size comes from the K pool and is applied to V's data too: a V pool of
+// another geometry (fewer pages, another page size or head count) is refused
+// before anything is launched, by the decode and both writes (no GPU needed;
+// the pointers are never dereferenced).
+FP8EXT_TEST(decode_and_writes_refuse_a_v_pool_unlike_k) {
+  void* fake = reinterpret_cast<void*>(uintptr_t{0x10000});
+  auto* f = static_cast<float*>(fake);
+  for (int change = 0; change < 4; ++change) {
+    cuda::PagedPool v = pool(fake);
+    if (change == 0) v.num_pages -= 1;
+    if (change == 1) v.page_size *= 2;
+    if (change == 2) v.num_kv_heads += 1;
+    if (change == 3) v.head_dim = 64;
+    const cuda::DecodeProblem p{fake, DType::kFloat32, 1, 8, pool(fake), v, {f, true}, {f, false},
+                                static_cast<int32_t*>(fake), 1, static_cast<int32_t*>(fake), 1.0f, 1, 0, 0.0f, fake};
+    EXPECT_EQ_CTX(int(cuda::paged_decode_attention(p, nullptr, nullptr)), int(cudaErrorInvalidValue), "decode");
+    const auto* slots = static_cast<const int64_t*>(fake);
+    EXPECT_EQ_CTX(int(cuda::kv_cache_write(fake, fake, DType::kFloat32, 1, slots, pool(fake), v, {f, true},
+                                           {f, false}, nullptr)),
+                  int(cudaErrorInvalidValue), "write");
+    const cuda::RotaryQkv in{fake, DType::kFloat32, 1, (8 + 2 * kKvHeads) * kDim, 8, fake, fake, fake};
+    EXPECT_EQ_CTX(int(cuda::kv_cache_write_rotary(in, slots, pool(fake), v, {f, true}, {f, false}, nullptr)),
+                  int(cudaErrorInvalidValue), "rotary write");
+  }
+}
+
 }  // namespace

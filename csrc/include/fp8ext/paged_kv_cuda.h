@@ -21,6 +21,13 @@ struct PagedPool {
   int64_t num_pages, page_size, num_kv_heads, head_dim;
 };
 
+// Whether a V pool can be addressed as its K pool is: the kernels take every
+// size from K and apply it to V's data.
+inline bool same_pool_geometry(const PagedPool& k, const PagedPool& v) {
+  return k.dtype == v.dtype && k.num_pages == v.num_pages && k.page_size == v.page_size &&
+         k.num_kv_heads == v.num_kv_heads && k.head_dim == v.head_dim;
+}
+
 // One float, or one per KV head.
 struct KvScale {
   const float* data;

@@ -183,6 +183,8 @@ at::Tensor paged_decode_attention_cuda(const at::Tensor& q, const at::Tensor& k_
   TORCH_CHECK_VALUE(batch <= 65535, "batch must be at most 65535, got ", batch);
   // Query heads bound the grid's y (KV heads x head blocks) and the row bytes (int32 in the kernel).
   TORCH_CHECK_VALUE(q.size(1) <= 65535, "q must have at most 65535 heads on CUDA, got ", q.size(1));
+  TORCH_CHECK_VALUE(k_pool.page_size <= INT32_MAX, "k_cache's page_size must be below 2^31 on CUDA, got ",
+                    k_pool.page_size);
   TORCH_CHECK_VALUE(k_pool.num_pages * k_pool.page_size <= INT32_MAX,
                     "k_cache must hold fewer than 2^31 tokens (num_pages x page_size) on CUDA, got ",
                     k_pool.num_pages * k_pool.page_size);
