@@ -62,6 +62,33 @@ def test_bad_config_name():
         fp8ext.scaled_mm(**_args(), config="huge")
 
 
+@pytest.mark.parametrize("config,a_dtype,out_dtype", [
+    ("medium", torch.float8_e4m3fn, torch.float16), ("swap_small", torch.float8_e4m3fn, torch.float32),
+    ("large_cluster_n", torch.float8_e4m3fn, torch.float16), ("gemv", torch.float8_e5m2, torch.float32),
+    ("swap_medium", torch.float8_e5m2, torch.float32)])
+def test_configs_the_gpu_lacks_are_refused_on_the_cpu_too(config, a_dtype, out_dtype):
+    """The CUDA op has no kernel for these (has_config in scaled_mm_dispatch.cu): the CPU path
+    refuses them alike, so code tested here does not fail on the GPU first (helper-35). An empty
+    problem returns before the check, on both."""
+    a, b, _, _, _ = operands(4, 8, 16, "cpu", a_dtype=a_dtype)
+    sa = sb = torch.ones(())
+    with pytest.raises(ValueError, match=f"config {config} is not instantiated"):
+        fp8ext.scaled_mm(a, b, sa, sb, out_dtype=out_dtype, config=config)
+    assert fp8ext.scaled_mm(a[:0], b, sa, sb, out_dtype=out_dtype, config=config).shape == (0, 8)
+    ok = "large" if a_dtype == torch.float8_e5m2 else "swap_medium"
+    assert fp8ext.scaled_mm(a, b, sa, sb, out_dtype=out_dtype, config=ok).shape == (4, 8)
+
+
+def test_k0_gives_zeros_or_the_bias_whatever_the_scales():
+    """An empty sum is zero: an infinite scale must not turn it into NaN (CUDA returns first)."""
+    a, b = torch.zeros(2, 0, dtype=F8), torch.zeros(3, 0, dtype=F8)
+    inf = torch.tensor(float("inf"))
+    assert torch.equal(fp8ext.scaled_mm(a, b, inf, torch.ones(()), out_dtype=torch.float32), torch.zeros(2, 3))
+    bias = torch.tensor([1.0, -2.0, 3.0])
+    d = fp8ext.scaled_mm(a, b, inf, torch.ones(()), out_dtype=torch.float32, bias=bias)
+    assert torch.equal(d, bias.expand(2, 3))
+
+
 def test_compile_fullgraph_matches_eager():
     args = _args()
     torch._dynamo.reset()

@@ -107,5 +107,16 @@ def test_bad_config_name():
         fp8ext.scaled_mm(**_args(), config="swap_small")
 
 
+@pytest.mark.parametrize("config", ["block_medium", "block_swap_small"])
+@pytest.mark.parametrize("out_dtype", [torch.float16, torch.float32])
+def test_bf16_only_configs_are_refused_on_the_cpu_too(config, out_dtype):
+    """As the CUDA op (has_config in blockwise_mm_dispatch.cu) refuses them (helper-35)."""
+    args = _args()
+    args.update(out_dtype=out_dtype, bias=None)
+    with pytest.raises(ValueError, match=f"config {config} is not instantiated"):
+        fp8ext.scaled_mm(**args, config=config)
+    assert fp8ext.scaled_mm(**args, config="block_large").dtype == out_dtype
+
+
 def test_compile_fullgraph(seed):
     assert compiled_matches_eager(9, 136, 200, "cpu", seed)

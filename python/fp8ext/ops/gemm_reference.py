@@ -17,6 +17,25 @@ CONFIGS = {"auto": 0, "large": 1, "medium": 2, "swap_small": 3, "swap_medium": 4
            "wide_fast_accum": 5, "large_n192": 6, "large_cluster_n": 7, "gemv": 8, "split_k": 9,
            "pingpong_fast_accum": 10}
 MAX_CONFIG = max(CONFIGS.values())
+_CONFIG_NAMES = {v: k for k, v in CONFIGS.items()}
+_BF16_ONLY = {"medium", "wide_fast_accum", "large_n192", "large_cluster_n", "pingpong_fast_accum"}
+
+
+def _instantiated(config: int, a_dtype, b_dtype, out_dtype) -> bool:
+    """Whether the CUDA op has a kernel for this config (has_config in
+    csrc/gemm/scaled_mm_dispatch.cu): the CPU path refuses what the GPU would, so
+    code tested on the CPU does not fail on the GPU first."""
+    name = _CONFIG_NAMES[config]
+    e4m3 = a_dtype == b_dtype == torch.float8_e4m3fn
+    if name == "auto":
+        return True
+    if name in ("gemv", "split_k"):
+        return e4m3
+    if name in _BF16_ONLY:
+        return e4m3 and out_dtype == torch.bfloat16
+    if e4m3:
+        return out_dtype != torch.float32 or name in ("large", "swap_medium")
+    return name == "large"  # E5M2 operands run the large kernel with fp32 output, then cast
 
 
 def _check_scale(s, rows: int, name: str, operand: str, like: torch.Tensor) -> bool:
@@ -68,6 +87,10 @@ def check_scaled_mm_args(a, b, scale_a, scale_b, bias, out_dtype, config) -> Non
         if bias.dim() != 1 or bias.shape[0] != b.shape[0] or bias.device != a.device:
             raise ValueError(f"bias must be [N] = [{b.shape[0]}] on {a.device}, got {tuple(bias.shape)} "
                              f"on {bias.device}")
+    # The CUDA op checks the config once it has a problem to run (an empty one returns first).
+    if a.shape[0] and b.shape[0] and a.shape[1] and not _instantiated(config, a.dtype, b.dtype, out_dtype):
+        raise ValueError(f"fp8ext.scaled_mm: config {_CONFIG_NAMES[config]} is not instantiated for these operand "
+                         f"formats and output dtype (use auto)")
 
 
 def scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, config, use_fast_accum=False):
@@ -78,7 +101,8 @@ def scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, config, use_fast_accum=Fa
     acc = a.float() @ b.float().t()
     sa = scale_a.reshape(-1, 1) if scale_a.numel() != 1 else scale_a.reshape(())  # [M] (M may be 0) or one
     sb = scale_b.reshape(1, -1) if scale_b.numel() != 1 else scale_b.reshape(())
-    d = (sa * sb) * acc
+    # An empty sum is zero whatever the scales (an infinite one included), as on CUDA.
+    d = (sa * sb) * acc if a.shape[1] else acc
     if bias is not None:
         d = d + bias.float()
     return d.to(out_dtype)
@@ -120,6 +144,7 @@ def check_blockwise_args(a, b, scale_a, scale_b, bias, out_dtype, config) -> Non
     if not 0 <= config <= max(BLOCKWISE_CONFIGS.values()):
         raise ValueError(f"config must be 0 (auto) to {max(BLOCKWISE_CONFIGS.values())}, got {config}")
     (m, k), n = a.shape, b.shape[0]
+    config_name = next(key for key, v in BLOCKWISE_CONFIGS.items() if v == config)
     groups = -(-k // GROUP)
     for name, s, shape, what in (("scale_a", scale_a, (m, groups), "one value per 1x128 group of a:"),
                                  ("scale_b", scale_b, (-(-n // GROUP), groups), "one value per 128x128 block of b:")):
@@ -134,6 +159,10 @@ def check_blockwise_args(a, b, scale_a, scale_b, bias, out_dtype, config) -> Non
             raise TypeError(f"bias must have out_dtype ({out_dtype}), got {bias.dtype}")
         if bias.dim() != 1 or bias.shape[0] != n or bias.device != a.device:
             raise ValueError(f"bias must be [N] = [{n}] on {a.device}, got {tuple(bias.shape)} on {bias.device}")
+    # As the CUDA op (has_config in csrc/gemm/blockwise_mm_dispatch.cu), whatever the shapes.
+    if config_name in ("block_medium", "block_swap_small") and out_dtype != torch.bfloat16:
+        raise ValueError(f"fp8ext.scaled_mm (block-wise): config {config_name} is not instantiated for this output dtype "
+                         f"(use auto)")
 
 
 def scaled_mm_blockwise(a, b, scale_a, scale_b, bias, out_dtype, config):
