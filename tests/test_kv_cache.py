@@ -248,6 +248,33 @@ def test_sliding_window_and_softcap(seed):
     assert not torch.allclose(cache.attention(0, q, plan, window=20), cache.attention(0, q, plan))
 
 
+def minus_inf_keys_case(dtype, dim=64, length=40, page_size=16):
+    """Pools where every key of KV head 0 holds -inf at element 0 (a 16-bit cache
+    keeps -inf) and a query whose heads 0-3 read it with q[0] = 1: each score of
+    those heads is -inf. Returns q [1, 8, dim], the pools, block_table, seq_lens."""
+    pages = -(-length // page_size)
+    k = torch.randn(pages, page_size, 2, dim)
+    k[:, :, 0, 0] = float("-inf")
+    v = torch.randn(pages, page_size, 2, dim)
+    q = torch.randn(1, 8, dim)
+    q[0, :4, 0] = 1.0
+    table = torch.randperm(pages, dtype=torch.int32).reshape(1, pages)
+    return q, k.to(dtype), v.to(dtype), table, torch.tensor([length], dtype=torch.int32)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_head_whose_every_score_is_minus_inf_gives_zeros(dtype):
+    """It attends to nothing (as a length-0 sequence, and as flash-attention kernels do) where
+    torch.softmax gives NaN; the CUDA kernels do the same (test_kv_cache_cuda.py)."""
+    q, k, v, table, lens = minus_inf_keys_case(dtype)
+    one = torch.ones(())
+    out = torch.ops.fp8ext.paged_decode_attention(q, k, v, table, lens, one, one, 0.125, 1, 0, 0.0)
+    assert torch.equal(out[0, :4], torch.zeros(4, 64))
+    keys = k[table[0].long()].reshape(-1, 2, 64)[:40].double()
+    values = v[table[0].long()].reshape(-1, 2, 64)[:40].double()
+    assert rel(out[0, 4:], attention_f64(q[0, 4:], keys[:, 1:], values[:, 1:], 0.125)) < 1e-6
+
+
 def test_fp8_cache_error_e4m3_below_e5m2(seed):
     """Attention-output error of the cache formats against float64 on the
     unquantized K/V: keys with four outlier channels 10x the rest, per-head

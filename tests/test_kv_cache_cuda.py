@@ -207,6 +207,18 @@ def test_bad_pages_and_lengths_give_nan_not_a_crash(dim, seed, decode_kernel):
     assert torch.equal(k_pool.view(torch.uint8), before.view(torch.uint8))  # out-of-range slots are skipped
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_a_head_whose_every_score_is_minus_inf_gives_zeros_as_on_the_cpu(dtype, splits, seed):
+    from test_kv_cache import minus_inf_keys_case
+    q, k, v, table, lens = minus_inf_keys_case(dtype)
+    one = torch.ones(())
+    want = torch.ops.fp8ext.paged_decode_attention(q, k, v, table, lens, one, one, 0.125, splits, 0, 0.0)
+    got = decode_on_cuda(q, k, v, (table, lens, one, one, 0.125, splits, 0, 0.0)).cpu()
+    assert torch.equal(got[0, :4], torch.zeros(4, 64)) and torch.equal(want[0, :4], torch.zeros(4, 64))
+    assert rel(got[0, 4:], want[0, 4:]) < MMA_TOL[dtype]
+
+
 def test_manager_on_cuda_matches_cpu_and_replays_in_a_cuda_graph(seed, decode_kernel):
     def build(device):
         torch.manual_seed(seed)  # the same cache contents on both devices

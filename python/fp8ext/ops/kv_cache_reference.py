@@ -15,7 +15,10 @@ Numerics, which the CUDA kernels must match:
   becomes NaN; NaN stays NaN), plain for bf16/fp16 caches.
 - attention: K and V dequantized as code * scale, scores q.k * softmax_scale
   in float32 (capped as softcap * tanh(s / softcap) when softcap > 0), softmax
-  in float32, output in q's dtype; a sequence of length 0 gives zeros.
+  in float32, output in q's dtype; a sequence of length 0 gives zeros, and so
+  does a query head whose every score is -inf (a 16-bit cache can hold -inf):
+  it attends to nothing, as in flash-attention kernels, where torch.softmax
+  would give NaN.
 """
 from __future__ import annotations
 
@@ -204,7 +207,8 @@ def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, 
         s = torch.einsum("hd,thd->ht", q[b].float(), k) * softmax_scale
         if softcap > 0:
             s = softcap * torch.tanh(s / softcap)
-        out[b] = torch.einsum("ht,thd->hd", torch.softmax(s, dim=-1), v)
+        p = torch.softmax(s, dim=-1).masked_fill((s == float("-inf")).all(dim=-1, keepdim=True), 0.0)
+        out[b] = torch.einsum("ht,thd->hd", p, v)
     return out.to(q.dtype)
 
 
