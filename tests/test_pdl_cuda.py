@@ -133,3 +133,29 @@ def test_weight_prefetch_past_one_wave_on_a_strided_weight(m, setting, seed):
     assert ((want.double() - ref).norm() / ref.norm()).item() < 1e-2
     for g in got:
         assert torch.equal(g, want)
+
+
+@pytest.mark.parametrize("m", [48, 300])  # the cooperative block-wise kernels: kSwapMedium / split-K, kLarge
+def test_blockwise_gemm_waits_for_weight_scales_written_just_before(m, seed):
+    """Weights quantized into 128x128 blocks right before the block-wise GEMM, in one
+    stream: the GEMM launches early (PDL) and must wait before it reads any block
+    scale. CUTLASS 4.2's cooperative kernel did not make its scale-copying warp
+    wait (helper-36, session 45), so the first K blocks' scales could be the stale
+    contents of the buffer, which the caching allocator hands out again each
+    round; the weight's scale changes from round to round."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    n, k = 8192, 8192  # a quantize kernel long enough for the GEMM's first blocks to start while it writes
+    recipe = fp8ext.BlockWise()
+    qa, sa = fp8ext.quantize(torch.randn(m, k, device="cuda", generator=g).bfloat16(), recipe, "activation")
+    for round_ in range(6):
+        w = (torch.randn(n, k, device="cuda", generator=g) * 2.0 ** round_).bfloat16()
+        torch.cuda.synchronize()
+        with pdl(True):
+            qw, sw = fp8ext.quantize(w, recipe, "weight")
+            got = fp8ext.scaled_mm(qa, qw, sa, sw, out_dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        with pdl(False):
+            want = fp8ext.scaled_mm(qa, qw, sa, sw, out_dtype=torch.bfloat16)
+        assert torch.isfinite(want).all()
+        assert torch.equal(got, want), f"round {round_}: {(got != want).sum().item()} elements differ"
+        del qw, sw, got, want

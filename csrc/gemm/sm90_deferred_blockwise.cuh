@@ -37,6 +37,18 @@ struct DeferredBlockwiseMainloop : Base {
   static constexpr int kScalesN = Base::ScaleNsPerTile;  // distinct B scales along its N
   static_assert(Base::ScalePromotionInterval == 4, "one scale per K tile of 128");
 
+  // The warp that copies scales too few for a TMA load (the weight's 128x128
+  // block scales) into the stages runs this. CUTLASS 4.2's cooperative kernel
+  // calls it without waiting for the kernel before (PDL), unlike its ping-pong
+  // kernel and every other producer warp, so the first stages' scales could be
+  // read before a quantize kernel just before had written them (helper-36's
+  // review, bench/NOTES.md session 45). A second wait costs nothing.
+  template <class... Args>
+  CUTLASS_DEVICE void load_auxiliary(Args&&... args) {
+    cutlass::arch::wait_on_dependent_grids();
+    Base::load_auxiliary(static_cast<Args&&>(args)...);
+  }
+
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
                           int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {

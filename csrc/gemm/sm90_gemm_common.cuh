@@ -5,7 +5,9 @@
 
 // The GEMMs launch with programmatic dependent launch (fp8ext/cuda_launch.h):
 // this makes CUTLASS's kernels wait for the previous kernel before they read
-// their operands. Without it a PDL launch would race. (CUTLASS 4.2's stream-K
+// their operands (but for the cooperative kernel's scale-copying warp, which
+// DeferredBlockwiseMainloop::load_auxiliary makes wait). Without it a PDL
+// launch would race. (CUTLASS 4.2's stream-K
 // scheduler does not compile with it: is_last_tile, a const member, binds a
 // member to a non-const reference.)
 #define CUTLASS_ENABLE_GDC_FOR_SM90 1
