@@ -1,5 +1,5 @@
 # Session 45, first call (~560 s; steps after the zeros A/B are skipped when time runs short on a fresh machine; an H200 wanted):
-# main built; the fused quantize and kept-pass GPU tests, the paged-KV harness and refusals (the new bit-exact SwiGLU test has
+# main built; the fused quantize and kept-pass GPU tests, the paged-KV harness and refusals, the block-wise PDL tests (the new bit-exact SwiGLU test has
 # not run on a GPU yet); zeros-fast-everywhere.patch built incrementally into
 # /tmp/zf and timed against main in alternating processes on inputs with and
 # without zeros; the fused quantize bench (H200 figures) and the RMSNorm ring A/B.
@@ -14,6 +14,8 @@ bash scripts/device/run.sh $OUT build > $OUT/run_build.txt 2>&1; tail -2 $OUT/ru
 (ctest --test-dir $R/build/device -R paged --output-on-failure > $OUT/ctest_paged.log 2>&1; echo "ctest paged rc $?")
 (cd /tmp && timeout 40 python3 -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml=$OUT/gpu_kv_refuse.xml \
   $R/tests/test_kv_cache_cuda.py -k "refuse or minus_inf" > $OUT/pytest_kv.log 2>&1); tail -2 $OUT/pytest_kv.log
+(cd /tmp && timeout 60 python3 -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml=$OUT/gpu_pdl.xml \
+  $R/tests/test_pdl_cuda.py -k "blockwise_gemm_waits or block-wise" > $OUT/pytest_pdl.log 2>&1); tail -2 $OUT/pytest_pdl.log
 # The patch, built into the same CMake folder (only the kernels that include quant_common.cuh rebuild).
 for c in /usr/bin/g++ /usr/bin/g++-14 /usr/bin/g++-13 /usr/bin/g++-12; do
   if [ -x "$c" ]; then export CXX="$c" CUDAHOSTCXX="$c"; break; fi
