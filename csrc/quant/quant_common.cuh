@@ -317,12 +317,12 @@ __device__ __noinline__ void quantize_part_exact(const float* v, float s, uint32
 // q = saturating_cast(v / scale) for a chunk, bit-exact with the CPU reference's
 // IEEE division. The fast path (see fast_quotient) costs ~4 instructions per
 // element; a part of 8 holding a NaN, an infinity or a zero quotient (rare, so
-// the branch is nearly free) is redone with IEEE divisions. With kCompact (the
-// fused kernels) a zero of v stays on the fast path: a residual add's
-// cancellations put one in ~1 part of 60, which sent most warps of a row down
-// the rare path (bench/NOTES.md, session 44); the other kernels' speed was
-// measured for issue 3 as they are. kCompact also calls the
-// rare path out of line: for the one-block-per-row kernels of a decode step,
+// the branch is nearly free) is redone with IEEE divisions. A zero of v stays
+// on the fast path: a residual add's cancellations put one in ~1 part of 60,
+// which sent most warps of a row down the rare path (bench/NOTES.md, session
+// 44), and padding rows or ReLU-like activations are mostly zeros: on an H100,
+// 16384 x 8192 bf16 half zeros took 2.2-2.3x longer to quantize than random
+// data before (session 45). kCompact calls the rare path out of line: for the one-block-per-row kernels of a decode step,
 // which run cold (their code evicted by the GEMMs between calls), code size
 // is time: 110 KB of SASS made the residual RMSNorm kernel take 10.8 us in
 // the engine against 4.9 us warm (H200, 2026-12-01; ncu: instruction-fetch stalls).
@@ -340,8 +340,8 @@ __device__ __forceinline__ Codes quantize_chunk(const float (&v)[kChunk], Scale 
         d[i] = fast_quotient(v[p + i], scale.s, scale.r);
         exact |= !(fabsf(d[i]) > 0.0f);  // zero or NaN
       }
-      if (kCompact && exact) {  // a zero of v is its own quotient, its sign kept (fast_quotient
-        exact = false;           // gives +0 for -0); a zero from a nonzero v (underflow) or a NaN is not
+      if (exact) {      // a zero of v is its own quotient, its sign kept (fast_quotient gives
+        exact = false;  // +0 for -0); a zero from a nonzero v (underflow) or a NaN is not
 #pragma unroll
         for (int i = 0; i < kPart; ++i) {
           const bool zero = v[p + i] == 0.0f;
