@@ -51,7 +51,7 @@ def test_scaling_state_validation():
         ScalingState(torch.zeros(3, dtype=torch.float16), torch.ones(()))
     with pytest.raises(ValueError, match="scale"):
         ScalingState(torch.zeros(3), torch.ones(2))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="must be torch.Tensors"):
         ScalingState([0.0], 1.0)
 
 

@@ -159,7 +159,9 @@ def test_roundtrip_error_small(recipe, seed):
             recipe.activation_granularity if role == "activation" else recipe.weight_granularity]
         xr = dequantize(q, s, g)
         err = ((xr - x).norm() / x.norm()).item()
-        assert err < (0.07 if recipe.activation_format.name == "e5m2" else 0.04), err
+        # Seeds 0-59 gave at most 0.028 (E4M3) and 0.055 (E5M2); scales 3% off give 0.036+ for
+        # E4M3, which the bound catches (helper-37), and 0.058 for E5M2, which only its looser one allows.
+        assert err < (0.062 if recipe.activation_format.name == "e5m2" else 0.032), err
 
 
 def test_activation_leading_dims_flattened(seed):
