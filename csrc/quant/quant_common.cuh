@@ -321,9 +321,9 @@ __device__ __noinline__ void quantize_part_exact(const float* v, float s, uint32
 // on the fast path: a residual add's cancellations put one in ~1 part of 60,
 // which sent most warps of a row down the rare path (bench/NOTES.md, session
 // 44), and padding rows or ReLU-like activations are mostly zeros: on an H100,
-// 16384 x 8192 bf16 half zeros took 2.2-2.3x longer to quantize than random
-// data before (session 45). kCompact calls the rare path out of line: for the one-block-per-row kernels of a decode step,
-// which run cold (their code evicted by the GEMMs between calls), code size
+// 16384 x 8192 bf16 with half zeros took 2.2-2.6x as long as random data to
+// quantize before (session 45). kCompact calls the rare path out of line: for
+// the one-block-per-row kernels of a decode step, which run cold (their code evicted by the GEMMs between calls), code size
 // is time: 110 KB of SASS made the residual RMSNorm kernel take 10.8 us in
 // the engine against 4.9 us warm (H200, 2026-12-01; ncu: instruction-fetch stalls).
 template <Fp8Format F, bool kCompact = false>

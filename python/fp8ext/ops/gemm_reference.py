@@ -117,6 +117,8 @@ torch.library.impl("fp8ext::scaled_mm", "CPU")(scaled_mm)
 # block_split_k slices K (FP8EXT_GEMM_SPLITS, or the rule at 16 < M <= 64), then sums the slices.
 BLOCKWISE_CONFIGS = {"auto": 0, "block_large": 1, "block_medium": 2, "block_swap_small": 3, "block_swap_medium": 4,
                      "block_split_k": 5}
+_BLOCKWISE_CONFIG_NAMES = {v: k for k, v in BLOCKWISE_CONFIGS.items()}
+_BLOCKWISE_BF16_ONLY = {"block_medium", "block_swap_small"}
 
 
 def is_blockwise(a, b, scale_a, scale_b) -> bool:
@@ -144,7 +146,6 @@ def check_blockwise_args(a, b, scale_a, scale_b, bias, out_dtype, config) -> Non
     if not 0 <= config <= max(BLOCKWISE_CONFIGS.values()):
         raise ValueError(f"config must be 0 (auto) to {max(BLOCKWISE_CONFIGS.values())}, got {config}")
     (m, k), n = a.shape, b.shape[0]
-    config_name = next(key for key, v in BLOCKWISE_CONFIGS.items() if v == config)
     groups = -(-k // GROUP)
     for name, s, shape, what in (("scale_a", scale_a, (m, groups), "one value per 1x128 group of a:"),
                                  ("scale_b", scale_b, (-(-n // GROUP), groups), "one value per 128x128 block of b:")):
@@ -160,7 +161,8 @@ def check_blockwise_args(a, b, scale_a, scale_b, bias, out_dtype, config) -> Non
         if bias.dim() != 1 or bias.shape[0] != n or bias.device != a.device:
             raise ValueError(f"bias must be [N] = [{n}] on {a.device}, got {tuple(bias.shape)} on {bias.device}")
     # As the CUDA op (has_config in csrc/gemm/blockwise_mm_dispatch.cu), whatever the shapes.
-    if config_name in ("block_medium", "block_swap_small") and out_dtype != torch.bfloat16:
+    config_name = _BLOCKWISE_CONFIG_NAMES[config]
+    if config_name in _BLOCKWISE_BF16_ONLY and out_dtype != torch.bfloat16:
         raise ValueError(f"fp8ext.scaled_mm (block-wise): config {config_name} is not instantiated for this output dtype "
                          f"(use auto)")
 
