@@ -21,6 +21,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(marker)
 
 
+@pytest.fixture(autouse=True)
+def _gpu_tests_run_the_kernels(request):
+    """Without kernels for this GPU the CUDA ops fall back to the Python
+    reference (with a warning), and a GPU test would then compare the
+    reference with itself and pass: fail it instead. FP8EXT_ALLOW_REFERENCE_FALLBACK=1
+    lets the GPU tests run on such a build or GPU on purpose."""
+    if "gpu" not in request.keywords or os.environ.get("FP8EXT_ALLOW_REFERENCE_FALLBACK") == "1":
+        return
+    from fp8ext import _native
+    device = torch.cuda.current_device()
+    name = torch.cuda.get_device_name(device)
+    if not _native.native_kernels_run_on(device):
+        pytest.fail(f"this fp8ext build has no CUDA kernels for {name} (built for: "
+                    f"{', '.join(_native.cuda_archs()) or 'none'}); rebuild, or set "
+                    "FP8EXT_ALLOW_REFERENCE_FALLBACK=1 to test the reference fallback", pytrace=False)
+    if torch.cuda.get_device_capability(device) == (9, 0) and not _native.GEMM_KERNELS_BUILT:
+        pytest.fail(f"this fp8ext build lacks the CUTLASS sm_90a GEMMs that {name} runs; rebuild with "
+                    "them, or set FP8EXT_ALLOW_REFERENCE_FALLBACK=1", pytrace=False)
+
+
 @pytest.fixture
 def seed(request):
     """A fresh seed per test (printed on failure); FP8EXT_TEST_SEED pins it."""

@@ -11,6 +11,7 @@ import fp8ext
 from fp8ext.cuda_graphs import capture
 from fp8ext.quantize import add_rms_norm_quantize, quantize, rms_norm_quantize, silu_mul_quantize
 from fp8ext.recipes import BlockWise, CurrentScaling, PerTensorStatic, RowWise
+from cuda_kernels import kernels_run
 from quant_cases import FP8, random_input, same_bits
 
 # 12288: past the cached chunks; 1100 rows: more than a wave of blocks, with a padded tail
@@ -120,6 +121,11 @@ def test_add_rms_norm_quantize_with_rows_prefetched(dtype, seed):
 # (64, 8192) is past 16 KB a row and the strided x is not 16-byte aligned, so
 # those take the one-row kernel whatever the setting.
 RING_SHAPES = [(1, 4096), (7, 64), (1000, 576), (3000, 4096), (600, 8192), (700, 1008), (64, 8192)]
+RING_KERNEL = "rms_norm_quantize_ring_kernel"
+
+
+def on_hopper():
+    return torch.cuda.get_device_capability() == (9, 0)
 
 
 @pytest.mark.gpu
@@ -161,9 +167,14 @@ def test_rms_norm_ring_kernel_gives_the_one_row_kernels_bits(dtype, shape, add, 
     for ring in ("1", "0"):
         monkeypatch.setenv("FP8EXT_RMS_RING", ring)
         if add:
-            outs.append(add_rms_norm_quantize(x, residual, weight, 1e-5, recipe, pad_k_to=pad))
+            out, ran = kernels_run(lambda: add_rms_norm_quantize(x, residual, weight, 1e-5, recipe, pad_k_to=pad))
         else:
-            outs.append(rms_norm_quantize(x, weight, 1e-5, recipe, pad_k_to=pad))
+            out, ran = kernels_run(lambda: rms_norm_quantize(x, weight, 1e-5, recipe, pad_k_to=pad))
+        # "1" takes the ring kernel wherever a row fits its 16-KB slot; were it
+        # to fall back, this test would compare the one-row kernel with itself.
+        takes_ring = ring == "1" and on_hopper() and shape[1] * x.element_size() <= 16384
+        assert (RING_KERNEL in ran) == takes_ring, (ring, ran)
+        outs.append(out)
     for ring_t, row_t in zip(*outs):
         assert same_bits(ring_t.cpu(), row_t.cpu())
 

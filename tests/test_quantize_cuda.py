@@ -5,6 +5,7 @@ import torch
 
 from fp8ext import ScalingState, quantize
 from fp8ext.recipes import DelayedScaling
+from cuda_kernels import kernels_run
 from quant_cases import DTYPES, FP8, random_input
 
 pytestmark = pytest.mark.gpu
@@ -127,14 +128,6 @@ def kept_sizes(dtype):
     ring = 3 if dtype == torch.float32 else 7
     return [tile * 50 + 8, sms * tile * 2 + 24, sms * tile * 5 + 24, sms * tile * ring,
             sms * tile * (ring + 1) + 8 * 5, sms * tile * (3 * ring) + 4096]
-
-
-def kernels_run(fn):
-    """fn's result and the names of the CUDA kernels it ran."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        out = fn()
-        torch.cuda.synchronize()
-    return out, " ".join(e.name for e in prof.events())
 
 
 def per_tensor(x, fp8=torch.float8_e4m3fn, margin=0, pad=0):
