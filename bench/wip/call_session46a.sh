@@ -1,0 +1,20 @@
+# Session 46's first call (~560 s): main built; ctest; the whole GPU suite (with the new guard that
+# fails a GPU test on a build without kernels, and the ring test's kernel-name check); then the
+# fused quantize bench and the RMSNorm ring A/B (call_next.sh's H200 figures), as time allows.
+#   run(command="CALL_BUDGET=560 bash bench/wip/call_session46a.sh", carry=[".whl", ".data"], timeout_s=580)
+R=$PWD
+B=${CALL_BUDGET:-560}
+left() { echo $((B - SECONDS)); }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu0.txt; cat $OUT/gpu0.txt
+bash scripts/device/run.sh $OUT build > $OUT/run_build.txt 2>&1; tail -2 $OUT/run_build.txt
+(cd /tmp && timeout $(( $(left) - 200 )) python3 -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml=$OUT/gpu.xml \
+  $R/tests > $OUT/pytest.log 2>&1; echo "pytest rc $?"); tail -4 $OUT/pytest.log
+[ $(left) -gt 60 ] && (timeout $(( $(left) - 40 )) ctest --test-dir $R/build/device --output-on-failure \
+  > $OUT/ctest.log 2>&1; echo "ctest rc $?"; grep -E "tests passed|Failed|\*\*\*" $OUT/ctest.log | tail -4)
+[ $(left) -gt 90 ] && (cd /tmp && timeout $(( $(left) - 60 )) python3 $R/bench/bench_fused_quantize.py --out $OUT \
+  > $OUT/bench_fused.log 2>&1; tail -11 $OUT/bench_fused.log)
+[ $(left) -gt 60 ] && (cd /tmp && timeout $(( $(left) - 15 )) python3 $R/scripts/device/ab_quant_env.py \
+  --cases rms_norm add_rms_norm --shapes 1024x4096 8192x4096 16384x4096 2048x8192 8192x8192 \
+  --settings FP8EXT_RMS_RING=0 FP8EXT_RMS_RING=1 --rounds 3 --out $OUT > $OUT/ab.log 2>&1; tail -20 $OUT/ab.log)
+echo "end at $SECONDS s"
+cd $OUT && tar czf logs.tgz --remove-files *.log *.txt logs-*.tgz
