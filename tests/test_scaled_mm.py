@@ -109,3 +109,15 @@ def test_fast_accumulation_is_only_a_permission_on_cpu():
                              fullgraph=True)
     assert torch.equal(compiled(args["a"], args["b"], args["scale_a"], args["scale_b"]),
                        fp8ext.scaled_mm(args["a"], args["b"], args["scale_a"], args["scale_b"]))
+
+
+@pytest.mark.parametrize("m,n,k", [(0, 1, 16), (0, 5, 16), (3, 0, 16), (0, 1, 0), (2, 1, 32)])
+def test_output_strides_are_row_major_like_the_fakes(m, n, k):
+    """Empty outputs included: [0, 1] came back with strides (1, 0) where the CUDA op
+    and the fake give (1, 1), so a compiled graph's stride guards told them apart."""
+    a, b, sa, sb, _ = operands(m, n, k, "cpu", per_row_a=False, per_row_b=False)
+    d = fp8ext.scaled_mm(a, b, sa, sb)
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        fake = torch.ops.fp8ext.scaled_mm(*(mode.from_tensor(t) for t in (a, b, sa, sb)), None, torch.bfloat16, 0,
+                                          False)
+    assert d.shape == (m, n) and d.stride() == torch.empty(m, n).stride() == fake.stride()

@@ -105,7 +105,14 @@ def scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, config, use_fast_accum=Fa
     d = (sa * sb) * acc if a.shape[1] else acc
     if bias is not None:
         d = d + bias.float()
-    return d.to(out_dtype)
+    return _row_major(d.to(out_dtype))
+
+
+def _row_major(d):
+    """d, or for an empty d an empty tensor with row-major strides: the matmul of
+    an empty problem can leave strides such as (1, 0) for [0, 1], where the CUDA
+    op and the fake give (1, 1)."""
+    return d if d.numel() else torch.empty(d.shape, dtype=d.dtype, device=d.device)
 
 
 torch.library.impl("fp8ext::scaled_mm", "CPU")(scaled_mm)
