@@ -270,6 +270,61 @@ def test_strided_and_offset_operands(offset, seed):
     assert rel_error(d, reference(a, b, sa, sb, None)) < TOLERANCE[torch.bfloat16]
 
 
+def round_up(x, multiple):
+    return (x + multiple - 1) // multiple * multiple
+
+
+def a_laid_out(a, layout):
+    """a's values in another memory layout: rows starting 1, 2, 4 or 8 bytes past
+    16 ("offset1" ...), one row repeated (stride 0), or column-major."""
+    m, k = a.shape
+    if layout.startswith("offset"):
+        shift = int(layout[len("offset"):])
+        view = torch.empty(m, k + 32, dtype=a.dtype, device=a.device)[:, shift:shift + k]
+        view.copy_(a)
+        return view
+    if layout == "expanded":
+        return a[:1].expand(m, k)
+    if layout == "transposed":
+        return a.t().contiguous().t()
+    return a
+
+
+# The padded path's copy moves 16, 8, 4, 2 or 1 bytes at a time as K, N and the
+# source's address allow: K = 4104 (8), 4100 (4), 1710 (2), 33 (1); aligned K
+# with unaligned rows of A (offsets); N = 4095 (odd: D's columns dropped 2
+# bytes at a time in bf16, 4 in fp32) and 1000, 1004 (N mod 8 = 0, 4).
+@pytest.mark.parametrize("m,n,k,layout", [(33, 1000, 4100, "contiguous"), (7, 1001, 1710, "contiguous"),
+                                          (64, 264, 33, "contiguous"), (300, 776, 4104, "contiguous"),
+                                          (17, 4095, 512, "contiguous"), (129, 1004, 4100, "contiguous"),
+                                          (1, 4095, 4100, "contiguous"), (50, 304, 1024, "offset1"),
+                                          (50, 304, 1024, "offset2"), (50, 304, 1024, "offset4"),
+                                          (50, 305, 1024, "offset8"), (40, 200, 1000, "expanded"),
+                                          (40, 200, 1000, "transposed")])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_padded_path_gives_the_bits_of_operands_padded_by_hand(m, n, k, layout, out_dtype, seed):
+    """The padded path (operands copied into zero-padded buffers, D's extra
+    columns dropped) against the same kernel on operands zero-padded beforehand:
+    equal bit for bit, so a byte copied wrong or a padding byte not zero shows."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = operands(m, n, k, "cuda", bias_dtype=out_dtype, generator=g)
+    a = a_laid_out(a, layout)
+    k16, n16 = round_up(k, 16), round_up(n, 16 // (torch.finfo(out_dtype).bits // 8))
+    a_pad = torch.zeros(m, k16, dtype=F8, device="cuda")
+    a_pad[:, :k] = a
+    b_pad = torch.zeros(n16, k16, dtype=F8, device="cuda")
+    b_pad[:n, :k] = b
+    sb_pad = torch.ones(n16, device="cuda")
+    sb_pad[:n] = sb
+    bias_pad = torch.zeros(n16, dtype=out_dtype, device="cuda")
+    bias_pad[:n] = bias
+    want = fp8ext.scaled_mm(a_pad, b_pad, sa, sb_pad, out_dtype=out_dtype, bias=bias_pad)[:, :n]
+    got = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=out_dtype, bias=bias)
+    assert got.is_contiguous() and got.shape == (m, n)
+    assert torch.equal(got, want)
+    assert rel_error(got, reference(a, b, sa, sb, bias)) < TOLERANCE[out_dtype]
+
+
 def test_empty_and_k0():
     a = torch.empty(0, 32, dtype=F8, device="cuda")
     b = torch.empty(16, 32, dtype=F8, device="cuda")

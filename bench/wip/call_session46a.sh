@@ -1,6 +1,8 @@
-# Session 46's first call (~560 s): main built; ctest; the whole GPU suite (with the new guard that
-# fails a GPU test on a build without kernels, and the ring test's kernel-name check); then the
-# fused quantize bench and the RMSNorm ring A/B (call_next.sh's H200 figures), as time allows.
+# Session 46's first call (~560 s): main built; the whole GPU suite (with the new guard that fails
+# a GPU test on a build without kernels, the ring test's kernel-name check, and the padded path's
+# bit-exact test of cuda::copy_zero_padded); ctest (its new harness test); the padded path timed
+# against the path it replaced; then the fused quantize bench and the RMSNorm ring A/B
+# (call_next.sh's H200 figures), as time allows.
 #   run(command="CALL_BUDGET=560 bash bench/wip/call_session46a.sh", carry=[".whl", ".data"], timeout_s=580)
 R=$PWD
 B=${CALL_BUDGET:-560}
@@ -11,6 +13,8 @@ bash scripts/device/run.sh $OUT build > $OUT/run_build.txt 2>&1; tail -2 $OUT/ru
   $R/tests > $OUT/pytest.log 2>&1; echo "pytest rc $?"); tail -4 $OUT/pytest.log
 [ $(left) -gt 60 ] && (timeout $(( $(left) - 40 )) ctest --test-dir $R/build/device --output-on-failure \
   > $OUT/ctest.log 2>&1; echo "ctest rc $?"; grep -E "tests passed|Failed|\*\*\*" $OUT/ctest.log | tail -4)
+[ $(left) -gt 80 ] && (cd /tmp && timeout 70 python3 $R/scripts/device/time_padded_path.py --out $OUT \
+  > $OUT/padded.log 2>&1; cat $OUT/padded.log | tail -6)
 [ $(left) -gt 90 ] && (cd /tmp && timeout $(( $(left) - 60 )) python3 $R/bench/bench_fused_quantize.py --out $OUT \
   > $OUT/bench_fused.log 2>&1; tail -11 $OUT/bench_fused.log)
 [ $(left) -gt 60 ] && (cd /tmp && timeout $(( $(left) - 15 )) python3 $R/scripts/device/ab_quant_env.py \

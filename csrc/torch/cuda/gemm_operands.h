@@ -5,12 +5,14 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <optional>
 
 #include "cuda_status.h"
+#include "fp8ext/padded_copy.h"
 
 namespace fp8ext::torch_ops {
 
@@ -44,14 +46,32 @@ inline void check_bias_and_gpu(const std::optional<at::Tensor>& bias, int64_t n,
 
 inline bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
+// dst [rows', cols'] = src [rows, cols] with zeros past src's rows and
+// columns, or src's first cols' columns where dst is narrower (D's padding
+// dropped): one pass of cuda::copy_zero_padded over dst. A src whose rows are
+// not contiguous (a transposed view, never wider than dst) is zero-filled and
+// copied by torch.
+inline void copy_zero_padded(const at::Tensor& src, at::Tensor& dst) {
+  if (src.size(1) > 1 && src.stride(1) != 1) {
+    dst.zero_();
+    dst.narrow(0, 0, src.size(0)).narrow(1, 0, src.size(1)).copy_(src);
+    return;
+  }
+  const int64_t bytes = static_cast<int64_t>(src.element_size());
+  check_cuda_status(cuda::copy_zero_padded(src.data_ptr(), src.size(0), src.size(1) * bytes, src.stride(0) * bytes,
+                                           dst.data_ptr(), dst.size(0), dst.size(1) * bytes, dst.stride(0) * bytes,
+                                           c10::cuda::getCurrentCUDAStream()),
+                    "fp8ext: copying an operand into its padded buffer");
+}
+
 // An FP8 operand [rows, K] with exactly `rows_padded` rows and `k_padded`
 // columns: K contiguous, row stride a multiple of 16, 16-byte aligned.
 inline at::Tensor kernel_operand(const at::Tensor& x, int64_t k_padded, int64_t rows_padded) {
   const bool usable = x.size(0) == rows_padded && x.size(1) == k_padded && (x.size(1) <= 1 || x.stride(1) == 1) &&
                       (x.size(0) <= 1 || (x.stride(0) >= k_padded && x.stride(0) % 16 == 0)) && aligned16(x);
   if (usable) return x;
-  at::Tensor padded = at::zeros({rows_padded, k_padded}, x.options());
-  padded.narrow(0, 0, x.size(0)).narrow(1, 0, x.size(1)).copy_(x);
+  at::Tensor padded = at::empty({rows_padded, k_padded}, x.options());
+  copy_zero_padded(x, padded);
   return padded;
 }
 
