@@ -60,9 +60,9 @@ void check(const Case& c, uint32_t seed) {
 
 FP8EXT_TEST(pads_operands_at_every_access_width) {
   test::require_gpu();
-  // K = 4100 (4-byte pieces), 1710 (2), 33 (1), 4104 (8), 4096 with zero rows
-  // added (16); a source that starts 1, 2, 4, 8 bytes past 16; M = 1; rows
-  // wider than one pass of the block (8192 + 24).
+  // K = 4100 (4-byte loads), 1710 (2), 33 (1), 4104 (8), 4096 with zero rows
+  // added (16); a source that starts 1, 2, 4, 8 bytes past 16; M = 1; long
+  // rows; a weight-sized copy that takes the grid more than one pass.
   const Case cases[] = {
       {300, 4100, 4100, 0, 304, 4112, 4112, 0}, {7, 1710, 1710, 0, 8, 1712, 1712, 0},
       {33, 33, 33, 0, 40, 48, 48, 0},           {5, 4104, 4104, 0, 5, 4112, 4112, 0},
@@ -70,6 +70,7 @@ FP8EXT_TEST(pads_operands_at_every_access_width) {
       {3, 64, 80, 2, 3, 64, 64, 0},             {3, 64, 80, 4, 4, 64, 64, 0},
       {3, 64, 80, 8, 4, 64, 64, 0},             {1, 4100, 4100, 0, 1, 4112, 4112, 0},
       {2, 8216, 8216, 0, 2, 8224, 8224, 0},     {0, 16, 16, 0, 4, 16, 16, 0},
+      {8192, 4100, 4100, 0, 8200, 4112, 4112, 0},  // more chunks than one pass of the grid
   };
   uint32_t seed = 1;
   for (const Case& c : cases) check(c, seed++);

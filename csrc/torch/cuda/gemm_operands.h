@@ -51,7 +51,7 @@ inline bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(
 // dropped): one pass of cuda::copy_zero_padded over dst. A src whose rows are
 // not contiguous (a transposed view, never wider than dst) is zero-filled and
 // copied by torch.
-inline void copy_zero_padded(const at::Tensor& src, at::Tensor& dst) {
+inline void copy_zero_padded(const at::Tensor& src, const at::Tensor& dst) {
   if (src.size(1) > 1 && src.stride(1) != 1) {
     dst.zero_();
     dst.narrow(0, 0, src.size(0)).narrow(1, 0, src.size(1)).copy_(src);
@@ -79,8 +79,8 @@ inline at::Tensor kernel_operand(const at::Tensor& x, int64_t k_padded, int64_t 
 // tensor itself when it already is one.
 inline at::Tensor padded_vector(const at::Tensor& v, int64_t length) {
   if (v.numel() == length && v.is_contiguous() && aligned16(v)) return v;
-  at::Tensor out = at::zeros({length}, v.options());
-  out.narrow(0, 0, v.numel()).copy_(v.reshape({-1}));
+  at::Tensor out = at::empty({length}, v.options());
+  copy_zero_padded(v.reshape({1, -1}), out.view({1, length}));
   return out;
 }
 
