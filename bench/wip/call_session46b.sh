@@ -1,7 +1,8 @@
 # Session 46's second call (~300 s): the padded copy reworked (a thread per 16-byte chunk of dst,
 # load and store widths chosen apart, two chunks in flight per thread; scale vectors padded by it
 # too): built; its harness test and the GEMM harnesses; the GPU tests of every path through it
-# (unaligned, strided, offset, padded-by-hand bit-exact, block-wise unaligned, split-K, GEMV);
+# (unaligned, strided, offset, padded-by-hand bit-exact, block-wise unaligned, split-K, GEMV, and
+# helper-38's PDL chain through the padded path);
 # then the padded path timed against the path it replaced and the aligned shape.
 #   run(command="CALL_BUDGET=330 bash bench/wip/call_session46b.sh", carry=[".whl"], timeout_s=350)
 R=$PWD
@@ -12,7 +13,7 @@ bash scripts/device/run.sh $OUT build > $OUT/run_build.txt 2>&1; tail -2 $OUT/ru
 (timeout 60 ctest --test-dir $R/build/device -R "padded|scaled_mm|blockwise" --output-on-failure > $OUT/ctest.log 2>&1; \
   echo "ctest rc $?"; grep -E "tests passed|Failed|\*\*\*" $OUT/ctest.log | tail -4)
 (cd /tmp && timeout $(( $(left) - 70 )) python3 -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml=$OUT/gpu.xml \
-  $R/tests/test_scaled_mm_cuda.py $R/tests/test_scaled_mm_blockwise_cuda.py $R/tests/test_fp8_linear.py \
+  $R/tests/test_scaled_mm_cuda.py $R/tests/test_scaled_mm_blockwise_cuda.py $R/tests/test_pdl_cuda.py $R/tests/test_fp8_linear.py \
   > $OUT/pytest.log 2>&1; echo "pytest rc $?"); tail -3 $OUT/pytest.log
 [ $(left) -gt 45 ] && (cd /tmp && timeout $(( $(left) - 10 )) python3 $R/scripts/device/time_padded_path.py --out $OUT \
   > $OUT/padded.log 2>&1; tail -6 $OUT/padded.log)
