@@ -12,6 +12,8 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu0.txt
 bash scripts/device/run.sh $OUT build > $OUT/run_build.txt 2>&1; tail -2 $OUT/run_build.txt
 (timeout 60 ctest --test-dir $R/build/device -R "padded|scaled_mm|blockwise" --output-on-failure > $OUT/ctest.log 2>&1; \
   echo "ctest rc $?"; grep -E "tests passed|Failed|\*\*\*" $OUT/ctest.log | tail -4)
+(timeout 60 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 9 \
+  $R/build/device/csrc/tests/fp8ext_test_padded_copy_cuda > $OUT/memcheck.log 2>&1; echo "memcheck rc $?"; tail -3 $OUT/memcheck.log)
 (cd /tmp && timeout $(( $(left) - 70 )) python3 -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml=$OUT/gpu.xml \
   $R/tests/test_scaled_mm_cuda.py $R/tests/test_scaled_mm_blockwise_cuda.py $R/tests/test_pdl_cuda.py $R/tests/test_fp8_linear.py \
   > $OUT/pytest.log 2>&1; echo "pytest rc $?"); tail -3 $OUT/pytest.log
