@@ -1,13 +1,8 @@
-// copy_zero_padded (fp8ext/padded_copy.h). Memory-bound, two kernels:
-// - dst rows 16-byte aligned (a padded operand or vector): each thread moves
-//   16-byte chunks of dst, two at once (loads before stores), reading src in
-//   the widest pieces its address and stride allow;
-// - narrower dst rows (D's padded columns dropped into the caller's output):
-//   a block per row, consecutive threads on consecutive pieces of the widest
-//   width both sides allow. The chunk kernel's narrow stores would land 16
-//   bytes apart across a warp, several times the L2 writes: for 4096 x 14335
-//   bf16 the whole op took 813 us that way against 660 (H100, session 46).
-// Consecutive threads take consecutive bytes of a row, so accesses coalesce.
+// copy_zero_padded (fp8ext/padded_copy.h). Memory-bound: each thread moves
+// 16-byte chunks of dst (two at once, loads before stores, so that enough
+// bytes are in flight), reading src in the widest pieces its address and
+// stride allow and writing dst in the widest pieces dst's allow. Consecutive
+// threads take consecutive chunks of a row, so every access coalesces.
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -22,8 +17,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kChunk = 16;   // bytes of dst a thread moves at a time
 constexpr int kUnroll = 2;   // chunks a thread loads before it stores any
-constexpr int kMaxBlocksPerSm = 16;  // the chunk kernel's grid cap
-constexpr int kRowBlocksPerSm = 8;   // the rows kernel's
+constexpr int kMaxBlocksPerSm = 16;
 
 struct Copy {
   const uint8_t* src;
@@ -90,8 +84,8 @@ __device__ __forceinline__ void store_chunk(uint8_t* row, int64_t cols, int64_t 
   }
 }
 
-template <int kLoad>
-__global__ void __launch_bounds__(kThreads) padded_chunks_kernel(Copy p) {
+template <int kLoad, int kStore>
+__global__ void __launch_bounds__(kThreads) padded_copy_kernel(Copy p) {
   begin_dependent_kernel();  // PDL: src is often the kernel before's output, dst the next's input
   const int64_t step = int64_t{gridDim.x} * kThreads;
   // 32-bit division where the chunk count allows (every GEMM operand in practice).
@@ -110,7 +104,7 @@ __global__ void __launch_bounds__(kThreads) padded_chunks_kernel(Copy p) {
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (first + u * step < p.chunks) store_chunk<16>(p.dst + row[u] * p.dst_stride, p.dst_cols, col[u], v[u]);
+      if (first + u * step < p.chunks) store_chunk<kStore>(p.dst + row[u] * p.dst_stride, p.dst_cols, col[u], v[u]);
   }
 }
 
@@ -121,83 +115,14 @@ int widest_piece(const void* ptr, int64_t rows, int64_t stride) {
   return static_cast<int>(bits & (~bits + 1));  // the lowest set bit
 }
 
-// A piece of kWidth bytes, whole or byte by byte (the rows kernel's unit).
-template <int kWidth>
-union Piece {
-  PieceType<kWidth> whole;
-  uint8_t byte[kWidth];
-};
-
-template <int kWidth>
-__device__ __forceinline__ Piece<kWidth> load_piece(const uint8_t* row, int64_t cols, int64_t c) {
-  Piece<kWidth> v;
-  v.whole = {};
-  if (c + kWidth <= cols) {
-    v.whole = *reinterpret_cast<const PieceType<kWidth>*>(row + c);
-  } else if (c < cols) {
-#pragma unroll
-    for (int i = 0; i < kWidth; ++i) v.byte[i] = c + i < cols ? row[c + i] : uint8_t{0};
-  }
-  return v;
-}
-
-template <int kWidth>
-__device__ __forceinline__ void store_piece(uint8_t* row, int64_t cols, int64_t c, const Piece<kWidth>& v) {
-  if (c + kWidth <= cols) {
-    *reinterpret_cast<PieceType<kWidth>*>(row + c) = v.whole;
-  } else {
-#pragma unroll
-    for (int i = 0; i < kWidth; ++i)
-      if (c + i < cols) row[c + i] = v.byte[i];
-  }
-}
-
-template <int kWidth>
-constexpr int kRowUnroll = kWidth >= 8 ? 2 : 4;  // pieces in flight per thread
-
-template <int kWidth>
-__global__ void __launch_bounds__(kThreads) padded_rows_kernel(Copy p) {
-  begin_dependent_kernel();  // PDL: src is often the kernel before's output
-  constexpr int64_t kStep = int64_t{kThreads} * kWidth;
-  for (int64_t row = blockIdx.x; row < p.dst_rows; row += gridDim.x) {
-    uint8_t* d = p.dst + row * p.dst_stride;
-    const bool live = row < p.src_rows;  // a zero row reads nothing
-    const uint8_t* s = live ? p.src + row * p.src_stride : p.src;
-    const int64_t src_cols = live ? p.src_cols : 0;
-    for (int64_t c0 = int64_t{threadIdx.x} * kWidth; c0 < p.dst_cols; c0 += kStep * kRowUnroll<kWidth>) {
-      Piece<kWidth> v[kRowUnroll<kWidth>];
-#pragma unroll
-      for (int u = 0; u < kRowUnroll<kWidth>; ++u) v[u] = load_piece<kWidth>(s, src_cols, c0 + u * kStep);
-#pragma unroll
-      for (int u = 0; u < kRowUnroll<kWidth>; ++u) {
-        const int64_t c = c0 + u * kStep;
-        if (c < p.dst_cols) store_piece<kWidth>(d, p.dst_cols, c, v[u]);
-      }
-    }
-  }
-}
-
-cudaError_t launch_chunks(int load, cudaStream_t stream, const Copy& p) {
-  const int64_t blocks = ceil_div(p.chunks, int64_t{kThreads} * kUnroll);
-  const int64_t cap = int64_t{current_device_info().sm_count} * kMaxBlocksPerSm;
-  const dim3 grid(static_cast<unsigned>(blocks < cap ? blocks : cap)), block(kThreads);
-  switch (load) {
-    case 16: return launch(padded_chunks_kernel<16>, grid, block, stream, p);
-    case 8: return launch(padded_chunks_kernel<8>, grid, block, stream, p);
-    case 4: return launch(padded_chunks_kernel<4>, grid, block, stream, p);
-    case 2: return launch(padded_chunks_kernel<2>, grid, block, stream, p);
-    default: return launch(padded_chunks_kernel<1>, grid, block, stream, p);
-  }
-}
-
-cudaError_t launch_rows(int width, cudaStream_t stream, const Copy& p) {
-  const int64_t cap = int64_t{current_device_info().sm_count} * kRowBlocksPerSm;
-  const dim3 grid(static_cast<unsigned>(p.dst_rows < cap ? p.dst_rows : cap)), block(kThreads);
-  switch (width) {
-    case 8: return launch(padded_rows_kernel<8>, grid, block, stream, p);
-    case 4: return launch(padded_rows_kernel<4>, grid, block, stream, p);
-    case 2: return launch(padded_rows_kernel<2>, grid, block, stream, p);
-    default: return launch(padded_rows_kernel<1>, grid, block, stream, p);
+template <int kLoad>
+cudaError_t launch_for_load(int store, dim3 grid, cudaStream_t stream, const Copy& p) {
+  switch (store) {
+    case 16: return launch(padded_copy_kernel<kLoad, 16>, grid, dim3(kThreads), stream, p);
+    case 8: return launch(padded_copy_kernel<kLoad, 8>, grid, dim3(kThreads), stream, p);
+    case 4: return launch(padded_copy_kernel<kLoad, 4>, grid, dim3(kThreads), stream, p);
+    case 2: return launch(padded_copy_kernel<kLoad, 2>, grid, dim3(kThreads), stream, p);
+    default: return launch(padded_copy_kernel<kLoad, 1>, grid, dim3(kThreads), stream, p);
   }
 }
 
@@ -213,8 +138,17 @@ cudaError_t copy_zero_padded(const void* src, int64_t src_rows, int64_t src_cols
   const int64_t chunks_per_row = ceil_div(dst_cols, int64_t{kChunk});
   const Copy p{static_cast<const uint8_t*>(src), src_rows, src_cols, src_stride, static_cast<uint8_t*>(dst),
                dst_rows, dst_cols, dst_stride, chunks_per_row, dst_rows * chunks_per_row};
-  const int load = widest_piece(src, src_rows, src_stride), store = widest_piece(dst, dst_rows, dst_stride);
-  return store == 16 ? launch_chunks(load, stream, p) : launch_rows(load < store ? load : store, stream, p);
+  const int64_t blocks = ceil_div(p.chunks, int64_t{kThreads} * kUnroll);
+  const int64_t cap = int64_t{current_device_info().sm_count} * kMaxBlocksPerSm;
+  const dim3 grid(static_cast<unsigned>(blocks < cap ? blocks : cap));
+  const int store = widest_piece(dst, dst_rows, dst_stride);
+  switch (widest_piece(src, src_rows, src_stride)) {
+    case 16: return launch_for_load<16>(store, grid, stream, p);
+    case 8: return launch_for_load<8>(store, grid, stream, p);
+    case 4: return launch_for_load<4>(store, grid, stream, p);
+    case 2: return launch_for_load<2>(store, grid, stream, p);
+    default: return launch_for_load<1>(store, grid, stream, p);
+  }
 }
 
 }  // namespace fp8ext::cuda
