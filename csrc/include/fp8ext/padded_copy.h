@@ -1,9 +1,11 @@
 // A byte matrix copied into another with zeros past the source's rows and
-// columns: how the GEMM ops hand the CUTLASS kernels operands they cannot take
-// as they are (K not a multiple of 16, rows not 16-byte aligned) and trim a D
-// written with padded columns. One pass over the destination, in place of
-// zero-filling it and copying into a strided view (torch's copy of 1-byte
-// elements into a strided view moves a byte per thread).
+// columns: how the GEMM ops hand the CUTLASS kernels operands (and per-channel
+// vectors) they cannot take as they are (K not a multiple of 16, rows not
+// 16-byte aligned). One pass over the destination, in place of zero-filling it
+// and copying into a strided view (torch's copy of 1-byte elements into a
+// strided view moves a byte per thread). Its stores are 16 bytes wide into
+// 16-byte-aligned rows; into narrower rows (dropping a D's padded columns)
+// it works, but slower than it could: the ops leave that to torch's copy.
 #pragma once
 
 #include <cuda_runtime_api.h>

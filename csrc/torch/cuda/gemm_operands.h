@@ -47,10 +47,9 @@ inline void check_bias_and_gpu(const std::optional<at::Tensor>& bias, int64_t n,
 inline bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
 // dst [rows', cols'] = src [rows, cols] with zeros past src's rows and
-// columns, or src's first cols' columns where dst is narrower (D's padding
-// dropped): one pass of cuda::copy_zero_padded over dst. A src whose rows are
-// not contiguous (a transposed view, never wider than dst) is zero-filled and
-// copied by torch.
+// columns (dst no smaller than src: a padded operand or vector, 16-byte
+// aligned rows): one pass of cuda::copy_zero_padded over dst. A src whose rows
+// are not contiguous (a transposed view) is zero-filled and copied by torch.
 inline void copy_zero_padded(const at::Tensor& src, const at::Tensor& dst) {
   if (src.size(1) > 1 && src.stride(1) != 1) {
     dst.zero_();
