@@ -19,6 +19,9 @@ def op_cases(device):
         x, torch.rand(300, device=device, dtype=torch.bfloat16) + 0.5, 1e-5, F8, 0, False, 16)
     yield torch.ops.fp8ext.add_rms_norm_quantize_per_row.default, (
         x, x.flip(0), torch.rand(300, device=device, dtype=torch.bfloat16) + 0.5, 1e-5, F8, 0, False, 16)
+    # A column-major x: h (x + residual) comes back row-major, as the fake says (helper-39).
+    yield torch.ops.fp8ext.add_rms_norm_quantize_per_row.default, (
+        x.t().contiguous().t(), x, torch.rand(300, device=device, dtype=torch.bfloat16) + 0.5, 1e-5, F8, 0, False, 0)
     yield torch.ops.fp8ext.silu_mul_quantize_per_row.default, (x, F8, 0, False, 16)
     yield torch.ops.fp8ext.quantize_delayed.default, (
         x, torch.zeros(8, device=device), torch.ones((), device=device), F8, 0, False, True, 16)
@@ -32,6 +35,10 @@ def op_cases(device):
     yield torch.ops.fp8ext.scaled_mm_blockwise.default, (
         a, b, torch.rand(3, 40, device=device).t()[:37], torch.rand(2, 3, device=device),
         torch.randn(136, device=device, dtype=torch.bfloat16), torch.bfloat16, 0)
+    # M = 0, N = 1 with a bias: D [0, 1] with row-major strides (the bias's broadcast gave (1, 0); helper-39).
+    yield torch.ops.fp8ext.scaled_mm_blockwise.default, (
+        a[:0], b[:1], torch.rand(0, 3, device=device), torch.rand(1, 3, device=device),
+        torch.randn(1, device=device, dtype=torch.bfloat16), torch.bfloat16, 0)
     # Paged KV cache: pools [pages, page_size, H_kv, D]; a bf16 pool lets test_schema check the write's mutation.
     for cache_dtype in (torch.bfloat16, F8):
         k_cache = torch.zeros(6, 16, 2, 64, device=device, dtype=cache_dtype)

@@ -120,3 +120,15 @@ def test_bf16_only_configs_are_refused_on_the_cpu_too(config, out_dtype):
 
 def test_compile_fullgraph(seed):
     assert compiled_matches_eager(9, 136, 200, "cpu", seed)
+
+
+@pytest.mark.parametrize("m,n,k", [(0, 1, 200), (0, 1, 0), (0, 5, 130), (3, 1, 200)])
+def test_output_strides_are_row_major_like_the_fakes(m, n, k):
+    """Empty outputs included: with a bias, [0, 1] came back with strides (1, 0) (the
+    bias's broadcast) where the CUDA op and the fake give (1, 1) (helper-39)."""
+    a, b, sa, sb, bias = block_operands(m, n, k, "cpu", bias_dtype=torch.bfloat16)
+    d = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        fake = torch.ops.fp8ext.scaled_mm_blockwise(*(mode.from_tensor(t) for t in (a, b, sa, sb, bias)),
+                                                    torch.bfloat16, 0)
+    assert d.shape == (m, n) and d.stride() == torch.empty(m, n).stride() == fake.stride()

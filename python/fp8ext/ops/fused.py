@@ -35,7 +35,7 @@ def add_rms_norm_quantize_per_row(x, residual, weight, eps, dtype, margin, power
                          f"{tuple(residual.shape) if isinstance(residual, torch.Tensor) else type(residual).__name__}")
     if residual.dtype != x.dtype:
         raise TypeError(f"residual must have x's dtype ({x.dtype}), got {residual.dtype}")
-    h = x + residual
+    h = (x + residual).contiguous()  # row-major whatever x's layout, as the CUDA op and the fake give it
     q, s = rms_norm_quantize_per_row(h, weight, eps, dtype, margin, power_of_two, pad_k_to)
     return q, s, h
 

@@ -188,7 +188,7 @@ def scaled_mm_blockwise(a, b, scale_a, scale_b, bias, out_dtype, config):
         d += partial * scale_a[:, kb:kb + 1] * col_scales[:, kb].reshape(1, n)
     if bias is not None:
         d = d + bias.float()
-    return d.to(out_dtype)
+    return _row_major(d.to(out_dtype))
 
 
 torch.library.impl("fp8ext::scaled_mm_blockwise", "CPU")(scaled_mm_blockwise)
