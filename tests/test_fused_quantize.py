@@ -545,3 +545,20 @@ def test_silu_mul_quantize_is_bit_exact_where_silu_is_exact(fp8, dtype, seed):
     q, s = silu_mul_quantize(x.cuda(), recipe, pad_k_to=16)
     assert same_bits(q.cpu(), want_q)
     assert torch.equal(s.cpu(), want_s)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "add_rms_norm", "silu_mul"])
+def test_a_column_major_x_is_refused_on_the_cpu_as_on_cuda(op):
+    """The CUDA ops take rows with a contiguous last dimension only; the CPU
+    composition refuses the same x (it took it and, for add_rms_norm, gave h in
+    x's layout where the fake says row-major: helper-39)."""
+    x = torch.randn(64, 8, dtype=torch.bfloat16).t()  # [8, 64], strides (1, 8)
+    w = torch.ones(64, dtype=torch.bfloat16)
+    calls = {"rms_norm": lambda: torch.ops.fp8ext.rms_norm_quantize_per_row(x, w, 1e-6, FP8[0], 0, False, 0),
+             "add_rms_norm": lambda: torch.ops.fp8ext.add_rms_norm_quantize_per_row(
+                 x, x.contiguous(), w, 1e-6, FP8[0], 0, False, 0),
+             "silu_mul": lambda: torch.ops.fp8ext.silu_mul_quantize_per_row(x, FP8[0], 0, False, 0)}
+    with pytest.raises(ValueError, match=r"x must have a contiguous last dimension \(stride 1\), got strides \(1, 8\)"):
+        calls[op]()
+    # The public functions make x contiguous first: they still take it.
+    assert rms_norm_quantize(x, w, 1e-6, RowWise())[0].shape == (8, 64)

@@ -19,9 +19,10 @@ def op_cases(device):
         x, torch.rand(300, device=device, dtype=torch.bfloat16) + 0.5, 1e-5, F8, 0, False, 16)
     yield torch.ops.fp8ext.add_rms_norm_quantize_per_row.default, (
         x, x.flip(0), torch.rand(300, device=device, dtype=torch.bfloat16) + 0.5, 1e-5, F8, 0, False, 16)
-    # A column-major x: h (x + residual) comes back row-major, as the fake says (helper-39).
+    # x with padded rows (row stride 310): h (x + residual) comes back row-major, as the fake says.
     yield torch.ops.fp8ext.add_rms_norm_quantize_per_row.default, (
-        x.t().contiguous().t(), x, torch.rand(300, device=device, dtype=torch.bfloat16) + 0.5, 1e-5, F8, 0, False, 0)
+        torch.randn(37, 310, device=device, dtype=torch.bfloat16)[:, :300], x,
+        torch.rand(300, device=device, dtype=torch.bfloat16) + 0.5, 1e-5, F8, 0, False, 0)
     yield torch.ops.fp8ext.silu_mul_quantize_per_row.default, (x, F8, 0, False, 16)
     yield torch.ops.fp8ext.quantize_delayed.default, (
         x, torch.zeros(8, device=device), torch.ones((), device=device), F8, 0, False, True, 16)

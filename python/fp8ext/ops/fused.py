@@ -11,9 +11,17 @@ from fp8ext._native import INPUT_DTYPES
 from fp8ext.ops.kv_cache_reference import check_cache
 
 
+def _check_rows(x) -> None:
+    """What the CUDA ops ask of x's layout (csrc/torch/tensor_checks.h input_matrix),
+    asked here too, so that code run on the CPU does not fail first on the GPU."""
+    if x.dim() == 2 and x.shape[1] > 1 and x.stride(1) != 1:
+        raise ValueError(f"x must have a contiguous last dimension (stride 1), got strides {tuple(x.stride())}")
+
+
 def rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_k_to):
     """quantize_per_row(weight * rms_norm(x)), RMSNorm rounded as Hugging Face's
     Llama rounds it (fp32, then x's dtype, then the weight multiply)."""
+    _check_rows(x)
     if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
         raise ValueError(f"weight must be a [{x.shape[-1]}] tensor, got "
                          f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__}")
@@ -35,7 +43,8 @@ def add_rms_norm_quantize_per_row(x, residual, weight, eps, dtype, margin, power
                          f"{tuple(residual.shape) if isinstance(residual, torch.Tensor) else type(residual).__name__}")
     if residual.dtype != x.dtype:
         raise TypeError(f"residual must have x's dtype ({x.dtype}), got {residual.dtype}")
-    h = (x + residual).contiguous()  # row-major whatever x's layout, as the CUDA op and the fake give it
+    _check_rows(x)
+    h = (x + residual).contiguous()  # row-major whatever x's row stride, as the CUDA op and the fake give it
     q, s = rms_norm_quantize_per_row(h, weight, eps, dtype, margin, power_of_two, pad_k_to)
     return q, s, h
 
@@ -43,6 +52,7 @@ def add_rms_norm_quantize_per_row(x, residual, weight, eps, dtype, margin, power
 def silu_mul_quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
     """quantize_per_row(silu(gate) * up) for x = [gate | up] ([M, 2I], a SwiGLU
     gate_up output), each op rounded to x's dtype as PyTorch does."""
+    _check_rows(x)
     if x.shape[-1] % 2:
         raise ValueError(f"x must be [M, 2 * I] (gate, then up), got {x.shape[-1]} columns")
     half = x.shape[-1] // 2
