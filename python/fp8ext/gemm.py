@@ -71,9 +71,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     buffer that is then copied (one extra pass over D). On an H100 (session 46)
     16x4095x4100 took 23 us against 7.7 for 16x4096x4096: mostly the weight's
     copy. Quantize and store weights padded (``pad_k_to=16``, N rounded up) to
-    keep them off this path. E5M2 operands run
-    with a float32 kernel, then add the bias and cast (E5M2 x E4M3 also
-    transposes). M is free. Block-wise: K not a multiple of 16 or unaligned
+    keep them off this path. E5M2 operands run with a float32 kernel, then add
+    the bias and cast (E5M2 x E4M3 also transposes). M is free. Block-wise: K not a multiple of 16 or unaligned
     operands copy A and B as above; N not a multiple of 8 (16-bit outputs) or 4
     (fp32) copies B with zero rows and D through a buffer; group scales in
     another layout than M-major with a column stride that is a multiple of 4
