@@ -328,7 +328,7 @@ def test_leading_dims_and_bad_arguments():
         rms_norm_quantize(x, weight, 1e-6, CurrentScaling())
     with pytest.raises(ValueError, match="per-token current scaling"):
         rms_norm_quantize(x, weight, 1e-6, BlockWise())
-    with pytest.raises(ValueError, match=r"weight must be a \[64\] tensor"):
+    with pytest.raises(ValueError, match=r"weight must be a contiguous \[64\] tensor"):
         rms_norm_quantize(x, weight[:10], 1e-6, RowWise())
     with pytest.raises(TypeError, match="weight must have x's dtype"):
         rms_norm_quantize(x, weight.float(), 1e-6, RowWise())

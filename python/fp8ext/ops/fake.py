@@ -1,7 +1,9 @@
 """Fake (meta) implementations: output shapes, dtypes and strides of every op,
 so torch.compile(fullgraph=True) can trace them. They mirror
-csrc/torch/quantize_outputs.h, and refuse tensors on mixed devices as the
-real ops do (see _fake)."""
+csrc/torch/quantize_outputs.h, refuse tensors on mixed devices as the real
+ops do (see _fake), and, where every size is known, make the real ops'
+argument checks that read no values (a bad page id or slot is found only when
+the op runs)."""
 from __future__ import annotations
 
 import functools
@@ -9,6 +11,8 @@ import inspect
 
 import torch
 
+from fp8ext.ops import fused, kv_cache_reference as kv
+from fp8ext.ops import quantize_checks as qc
 from fp8ext.ops.gemm_reference import check_blockwise_args, check_scaled_mm_args
 from fp8ext.ops.reference import GROUP, GROUP_SCALE_ROW_ALIGN
 
@@ -37,8 +41,8 @@ def _fake(op: str):
 
 
 def _concrete(*tensors) -> bool:
-    """Whether every size is a plain int. The GEMM fakes check their arguments
-    only then (meta tensors): under torch.compile a symbolic size would turn the
+    """Whether every size is a plain int. The fakes check their arguments
+    only then (meta tensors, or torch.compile with static shapes): under torch.compile a symbolic size would turn the
     checks into guards, and a data-dependent one (rows picked by a mask) cannot
     be decided at all; the real op checks at run time there."""
     return all(isinstance(d, int) for t in tensors if isinstance(t, torch.Tensor) for d in t.shape)
@@ -58,48 +62,84 @@ def _f32(x, shape):
 
 @_fake("fp8ext::cast_to_fp8")
 def _cast_to_fp8(x, dtype, saturate):
+    if _concrete(x):
+        qc.check_input_matrix(x)
+        qc.check_fp8_dtype(dtype)
     return x.new_empty(x.shape, dtype=dtype)
 
 
 @_fake("fp8ext::quantize_with_scale")
 def _quantize_with_scale(x, scale, dtype, pad_k_to):
+    if _concrete(x, scale):
+        qc.check_input_matrix(x)
+        qc.check_scalar_fp32(scale, "scale")
+        qc.check_fp8_dtype(dtype)
+        qc.check_pad_k_to(pad_k_to)
     return _q(x, dtype, pad_k_to)
 
 
 @_fake("fp8ext::quantize_per_tensor")
 def _quantize_per_tensor(x, dtype, margin, power_of_two, pad_k_to):
+    if _concrete(x):
+        qc.check_quantize(x, dtype, margin, pad_k_to)
     return _q(x, dtype, pad_k_to), _f32(x, ())
 
 
 @_fake("fp8ext::quantize_delayed")
 def _quantize_delayed(x, amax_history, scale, dtype, margin, power_of_two, use_history_max, pad_k_to):
+    if _concrete(x, amax_history, scale):
+        qc.check_input_matrix(x)
+        qc.check_scale_rule(dtype, margin)
+        qc.check_scalar_fp32(scale, "scale")
+        qc.check_amax_history(amax_history)
+        qc.check_pad_k_to(pad_k_to)
     return _q(x, dtype, pad_k_to), _f32(x, ())
 
 
 @_fake("fp8ext::quantize_per_row")
 def _quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
+    if _concrete(x):
+        qc.check_quantize(x, dtype, margin, pad_k_to)
     return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],))
 
 
 @_fake("fp8ext::rms_norm_quantize_per_row")
 def _rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_k_to):
+    if _concrete(x, weight):
+        qc.check_input_matrix(x)
+        fused.check_norm_weight(x, weight, eps)
+        qc.check_scale_rule(dtype, margin)
+        qc.check_pad_k_to(pad_k_to)
     return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],))
 
 
 @_fake("fp8ext::add_rms_norm_quantize_per_row")
 def _add_rms_norm_quantize_per_row(x, residual, weight, eps, dtype, margin, power_of_two, pad_k_to):
+    if _concrete(x, residual, weight):
+        qc.check_input_matrix(x)
+        fused.check_residual(x, residual)
+        fused.check_norm_weight(x, weight, eps)
+        qc.check_scale_rule(dtype, margin)
+        qc.check_pad_k_to(pad_k_to)
     return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],)), x.new_empty(x.shape)
 
 
 @_fake("fp8ext::silu_mul_quantize_per_row")
 def _silu_mul_quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
-    if x.shape[1] % 2:
+    if _concrete(x):
+        qc.check_input_matrix(x)
+        fused.check_gate_up(x)
+        qc.check_scale_rule(dtype, margin)
+        qc.check_pad_k_to(pad_k_to)
+    elif x.shape[1] % 2:
         raise ValueError(f"x must be [M, 2 * I] (gate, then up), got {x.shape[1]} columns")
     return x.new_empty((x.shape[0], _k_padded(x.shape[1] // 2, pad_k_to)), dtype=dtype), _f32(x, (x.shape[0],))
 
 
 @_fake("fp8ext::quantize_per_group")
 def _quantize_per_group(x, dtype, margin, power_of_two, pad_k_to):
+    if _concrete(x):
+        qc.check_quantize(x, dtype, margin, pad_k_to)
     m, k = x.shape
     groups = -(-k // GROUP)
     m_pad = -(-m // GROUP_SCALE_ROW_ALIGN) * GROUP_SCALE_ROW_ALIGN
@@ -109,6 +149,8 @@ def _quantize_per_group(x, dtype, margin, power_of_two, pad_k_to):
 
 @_fake("fp8ext::quantize_per_block")
 def _quantize_per_block(x, dtype, margin, power_of_two, pad_k_to):
+    if _concrete(x):
+        qc.check_quantize(x, dtype, margin, pad_k_to)
     m, k = x.shape
     return _q(x, dtype, pad_k_to), _f32(x, (-(-m // GROUP), -(-k // GROUP)))
 
@@ -122,17 +164,27 @@ def _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, config, use_fast_accum=F
 
 @_fake("fp8ext::kv_cache_write")
 def _kv_cache_write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
+    if _concrete(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
+        kv.check_write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale, read_values=False)
     return None
 
 
 @_fake("fp8ext::kv_cache_write_rotary")
 def _kv_cache_write_rotary(qkv, cos, sin, k_cache, v_cache, slot_mapping, k_scale, v_scale, num_q_heads):
+    if _concrete(qkv, cos, sin, k_cache, v_cache, slot_mapping, k_scale, v_scale):
+        fused.check_rotary(qkv, cos, sin, k_cache, v_cache, num_q_heads, read_memory=False)
+        k = qkv.new_empty((qkv.shape[0], *k_cache.shape[2:]))  # what the op hands kv_cache_write
+        kv.check_write(k, k, k_cache, v_cache, slot_mapping, k_scale, v_scale, read_values=False)
     return qkv.new_empty((qkv.shape[0], num_q_heads, k_cache.shape[3]))
 
 
 @_fake("fp8ext::paged_decode_attention")
 def _paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, softmax_scale,
                             num_splits=1, window=0, softcap=0.0):
+    if _concrete(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale):
+        kv.check_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, num_splits, window,
+                           softcap, read_values=False)
+        kv.check_softmax_scale(softmax_scale)
     return q.new_empty(q.shape)
 
 

@@ -18,12 +18,11 @@ def _check_rows(x) -> None:
         raise ValueError(f"x must have a contiguous last dimension (stride 1), got strides {tuple(x.stride())}")
 
 
-def rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_k_to):
-    """quantize_per_row(weight * rms_norm(x)), RMSNorm rounded as Hugging Face's
-    Llama rounds it (fp32, then x's dtype, then the weight multiply)."""
-    _check_rows(x)
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
-        raise ValueError(f"weight must be a [{x.shape[-1]}] tensor, got "
+def check_norm_weight(x, weight, eps) -> None:
+    """The RMSNorm weight: x's dtype and device, one contiguous value per column."""
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or weight.shape[0] != x.shape[-1] \
+            or not weight.is_contiguous():
+        raise ValueError(f"weight must be a contiguous [{x.shape[-1]}] tensor, got "
                          f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__}")
     if weight.dtype != x.dtype:
         raise TypeError(f"weight must have x's dtype ({x.dtype}), got {weight.dtype}")
@@ -31,6 +30,26 @@ def rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_k
         raise ValueError(f"weight must be on x's device ({x.device}), got {weight.device}")
     if not eps >= 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
+
+
+def check_residual(x, residual) -> None:
+    if not isinstance(residual, torch.Tensor) or residual.shape != x.shape or residual.device != x.device:
+        raise ValueError(f"residual must match x ({tuple(x.shape)} on {x.device}), got "
+                         f"{tuple(residual.shape) if isinstance(residual, torch.Tensor) else type(residual).__name__}")
+    if residual.dtype != x.dtype:
+        raise TypeError(f"residual must have x's dtype ({x.dtype}), got {residual.dtype}")
+
+
+def check_gate_up(x) -> None:
+    if x.shape[-1] % 2:
+        raise ValueError(f"x must be [M, 2 * I] (gate, then up), got {x.shape[-1]} columns")
+
+
+def rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_k_to):
+    """quantize_per_row(weight * rms_norm(x)), RMSNorm rounded as Hugging Face's
+    Llama rounds it (fp32, then x's dtype, then the weight multiply)."""
+    _check_rows(x)
+    check_norm_weight(x, weight, eps)
     y = weight * F.rms_norm(x, (x.shape[-1],), None, eps)
     return torch.ops.fp8ext.quantize_per_row(y, dtype, margin, power_of_two, pad_k_to)
 
@@ -38,11 +57,7 @@ def rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_k
 def add_rms_norm_quantize_per_row(x, residual, weight, eps, dtype, margin, power_of_two, pad_k_to):
     """h = x + residual (rounded to x's dtype), then rms_norm_quantize_per_row(h);
     returns (q, scale, h)."""
-    if not isinstance(residual, torch.Tensor) or residual.shape != x.shape or residual.device != x.device:
-        raise ValueError(f"residual must match x ({tuple(x.shape)} on {x.device}), got "
-                         f"{tuple(residual.shape) if isinstance(residual, torch.Tensor) else type(residual).__name__}")
-    if residual.dtype != x.dtype:
-        raise TypeError(f"residual must have x's dtype ({x.dtype}), got {residual.dtype}")
+    check_residual(x, residual)
     _check_rows(x)
     h = (x + residual).contiguous()  # row-major whatever x's row stride, as the CUDA op and the fake give it
     q, s = rms_norm_quantize_per_row(h, weight, eps, dtype, margin, power_of_two, pad_k_to)
@@ -53,8 +68,7 @@ def silu_mul_quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
     """quantize_per_row(silu(gate) * up) for x = [gate | up] ([M, 2I], a SwiGLU
     gate_up output), each op rounded to x's dtype as PyTorch does."""
     _check_rows(x)
-    if x.shape[-1] % 2:
-        raise ValueError(f"x must be [M, 2 * I] (gate, then up), got {x.shape[-1]} columns")
+    check_gate_up(x)
     half = x.shape[-1] // 2
     gate, up = x[..., :half], x[..., half:]  # (split() refuses a split size of 0: I = 0 is an empty output)
     return torch.ops.fp8ext.quantize_per_row(F.silu(gate) * up, dtype, margin, power_of_two, pad_k_to)
@@ -67,11 +81,10 @@ def rotate_half(x, cos, sin):
     return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def kv_cache_write_rotary(qkv, cos, sin, k_cache, v_cache, slot_mapping, k_scale, v_scale, num_q_heads):
-    """qkv [T, (H_q + 2 H_kv) * D] split into q, K, V; q and K rotated with the
-    tables cos, sin [T, D]; K and V written as kv_cache_write writes them.
-    Returns the rotated q [T, H_q, D]."""
-    check_cache(k_cache, v_cache)
+def check_rotary(qkv, cos, sin, k_cache, v_cache, num_q_heads, read_memory: bool = True) -> None:
+    """kv_cache_write_rotary's own checks (kv_cache_write checks the rest);
+    read_memory=False (the fakes) leaves out the pools' overlap checks."""
+    check_cache(k_cache, v_cache, read_memory)
     if not isinstance(qkv, torch.Tensor) or qkv.dtype not in INPUT_DTYPES:
         raise TypeError(f"qkv must be a bfloat16, float16 or float32 tensor, got "
                         f"{qkv.dtype if isinstance(qkv, torch.Tensor) else type(qkv).__name__}")
@@ -84,12 +97,20 @@ def kv_cache_write_rotary(qkv, cos, sin, k_cache, v_cache, slot_mapping, k_scale
     if qkv.dim() != 2 or qkv.shape[1] != cols:
         raise ValueError(f"qkv must be [num_tokens, {cols}] ((num_q_heads + 2 * num_kv_heads) * head_dim), "
                          f"got {tuple(qkv.shape)}")
-    tokens = qkv.shape[0]
     for name, t in (("cos", cos), ("sin", sin)):
-        if t.shape != (tokens, dim):
-            raise ValueError(f"{name} must be [{tokens}, {dim}] (num_tokens, head_dim), got {tuple(t.shape)}")
+        if t.shape != (qkv.shape[0], dim):
+            raise ValueError(f"{name} must be [{qkv.shape[0]}, {dim}] (num_tokens, head_dim), got {tuple(t.shape)}")
         if t.dtype != qkv.dtype:
             raise TypeError(f"{name} must have qkv's dtype {qkv.dtype}, got {t.dtype}")
+
+
+def kv_cache_write_rotary(qkv, cos, sin, k_cache, v_cache, slot_mapping, k_scale, v_scale, num_q_heads):
+    """qkv [T, (H_q + 2 H_kv) * D] split into q, K, V; q and K rotated with the
+    tables cos, sin [T, D]; K and V written as kv_cache_write writes them.
+    Returns the rotated q [T, H_q, D]."""
+    check_rotary(qkv, cos, sin, k_cache, v_cache, num_q_heads)
+    heads, dim = k_cache.shape[2], k_cache.shape[3]
+    tokens = qkv.shape[0]
     q, k, v = qkv.split((num_q_heads * dim, heads * dim, heads * dim), dim=-1)
     cos, sin = cos[:, None, :], sin[:, None, :]
     k = rotate_half(k.reshape(tokens, heads, dim), cos, sin)

@@ -49,7 +49,9 @@ def _check_tensor(t, name: str) -> None:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
 
 
-def check_cache(k_cache, v_cache) -> None:
+def check_cache(k_cache, v_cache, read_memory: bool = True) -> None:
+    """read_memory=False (the fakes) leaves out the overlap checks, which compare
+    data pointers."""
     _check_tensor(k_cache, "k_cache")
     _check_tensor(v_cache, "v_cache")
     if k_cache.dim() != 4:
@@ -59,19 +61,21 @@ def check_cache(k_cache, v_cache) -> None:
                          f"got {tuple(v_cache.shape)}, {v_cache.dtype}, {v_cache.device}")
     if min(k_cache.shape[1:]) < 1:
         raise ValueError(f"page_size, num_kv_heads and head_dim must be >= 1, got {tuple(k_cache.shape)}")
-    allowed = CPU_CACHE_DTYPES if k_cache.device.type == "cpu" else CACHE_DTYPES
+    allowed = CACHE_DTYPES if k_cache.device.type == "cuda" else CPU_CACHE_DTYPES  # (meta: the fakes)
     if k_cache.dtype not in allowed:
         raise TypeError(f"k_cache must be float8_e4m3fn, float8_e5m2, bfloat16 or float16 (float32 on the CPU), "
                         f"got {k_cache.dtype} on {k_cache.device.type}")
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("k_cache and v_cache must be contiguous")
+    if not read_memory:
+        return
     if k_cache.numel() and k_cache.data_ptr() == v_cache.data_ptr():
         raise ValueError("k_cache and v_cache must be separate pools (the same tensor was given for both)")
     if _overlap(k_cache, v_cache):
         raise ValueError("k_cache and v_cache must not overlap in memory")
 
 
-def check_scale(s, name: str, num_kv_heads: int, device) -> None:
+def check_scale(s, name: str, num_kv_heads: int, device, read_values: bool = True) -> None:
     _check_tensor(s, name)
     if s.dtype != torch.float32:
         raise TypeError(f"{name} must be float32, got {s.dtype}")
@@ -79,7 +83,8 @@ def check_scale(s, name: str, num_kv_heads: int, device) -> None:
         raise ValueError(f"{name} must hold one value or one per KV head ([{num_kv_heads}]), got {tuple(s.shape)}")
     if s.device != device:
         raise ValueError(f"{name} must be on {device}, got {s.device}")
-    check_scale_values(s, name)
+    if read_values:
+        check_scale_values(s, name)
 
 
 def check_scale_values(s: torch.Tensor, name: str) -> None:
@@ -92,8 +97,10 @@ def _per_head(s: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
     return s.reshape(-1).float().expand(num_kv_heads)
 
 
-def check_write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale) -> None:
-    check_cache(k_cache, v_cache)
+def check_write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale, read_values: bool = True) -> None:
+    """read_values=False (the fakes) checks metadata only: no scale values, no
+    slot uniqueness, no overlap of the pools."""
+    check_cache(k_cache, v_cache, read_values)
     _check_tensor(k, "k")
     _check_tensor(v, "v")
     _check_tensor(slot_mapping, "slot_mapping")
@@ -110,8 +117,10 @@ def check_write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale) -> None:
     for name, t in (("k", k), ("v", v), ("slot_mapping", slot_mapping)):
         if t.device != k_cache.device:
             raise ValueError(f"{name} must be on the cache's device {k_cache.device}, got {t.device}")
-    check_scale(k_scale, "k_scale", heads, k_cache.device)
-    check_scale(v_scale, "v_scale", heads, k_cache.device)
+    check_scale(k_scale, "k_scale", heads, k_cache.device, read_values)
+    check_scale(v_scale, "v_scale", heads, k_cache.device, read_values)
+    if not read_values:
+        return
     kept = slot_mapping[slot_mapping >= 0]
     if kept.numel() != kept.unique().numel():
         raise ValueError("slot_mapping must not give a slot twice (-1 excepted): which token would land is not defined")
@@ -140,8 +149,10 @@ def kv_cache_write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
         cache.view(pages * page_size, heads, -1)[slots] = codes
 
 
-def check_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, num_splits, window, softcap):
-    check_cache(k_cache, v_cache)
+def check_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, num_splits, window, softcap,
+                    read_values: bool = True):
+    """read_values=False: metadata only, as check_write."""
+    check_cache(k_cache, v_cache, read_values)
     for name, t in (("q", q), ("block_table", block_table), ("seq_lens", seq_lens)):
         _check_tensor(t, name)
         if t.device != k_cache.device:
@@ -158,8 +169,8 @@ def check_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale
                          f"got {block_table.dtype} {tuple(block_table.shape)}")
     if seq_lens.dtype not in INDEX_DTYPES or seq_lens.shape != (q.shape[0],):
         raise ValueError(f"seq_lens must be int32/int64 [batch = {q.shape[0]}], got {seq_lens.dtype} {tuple(seq_lens.shape)}")
-    check_scale(k_scale, "k_scale", heads, k_cache.device)
-    check_scale(v_scale, "v_scale", heads, k_cache.device)
+    check_scale(k_scale, "k_scale", heads, k_cache.device, read_values)
+    check_scale(v_scale, "v_scale", heads, k_cache.device, read_values)
     if not 1 <= num_splits <= 65535:
         raise ValueError(f"num_splits must be in [1, 65535], got {num_splits}")
     if not 0 <= window <= 2**31 - 1:
@@ -168,6 +179,11 @@ def check_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale
         raise ValueError(f"softcap must be finite and >= 0 (0: none; finite in float32), got {softcap}")
     if q.shape[0] > 65535:
         raise ValueError(f"batch must be at most 65535, got {q.shape[0]}")
+
+
+def check_softmax_scale(softmax_scale) -> None:
+    if not abs(softmax_scale) <= F32_MAX:  # used in float32: past its max it would be inf
+        raise ValueError(f"softmax_scale must be finite (in float32), got {softmax_scale}")
 
 
 def _check_pages(block_table, seq_lens, num_pages: int, page_size: int) -> None:
@@ -191,8 +207,7 @@ def gather(cache: torch.Tensor, scale: torch.Tensor, pages: torch.Tensor, length
 def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, softmax_scale,
                            num_splits=1, window=0, softcap=0.0):
     check_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, num_splits, window, softcap)
-    if not abs(softmax_scale) <= F32_MAX:  # used in float32: past its max it would be inf
-        raise ValueError(f"softmax_scale must be finite (in float32), got {softmax_scale}")
+    check_softmax_scale(softmax_scale)
     num_pages, page_size, heads, dim = k_cache.shape
     _check_pages(block_table, seq_lens, num_pages, page_size)
     group = q.shape[1] // heads
