@@ -29,12 +29,18 @@ from torch import nn
 import fp8ext
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import (capture_graph, graph_time_ms, graph_time_rotating_ms, print_table, relative_error,  # noqa: E402
+from benchlib import (capture_graph, check_output, graph_time_ms, graph_time_rotating_ms, print_table,  # noqa: E402
                       rotating, round_ratio, time_interleaved_ms, write_results)
 
 LAYER = [("qkv", 4096, 6144), ("o", 4096, 4096), ("gate_up", 4096, 28672), ("down", 14336, 4096)]
 M_ALL = [16, 128, 1024, 4096]
 COPIES = 3  # weights of 3 layers (3 x 218 MB in FP8, 3 x 436 MB in bf16) rotate past the 60 MB L2
+L2_BYTES = 60 * 2**20
+# Against bf16 F.linear, each output row of an FP8 layer (random nn.Linear
+# weights and inputs) is off by 0.037-0.039 (CPU emulation, per-tensor and
+# row-wise, M = 16 and 128); a zeroed 128-column tile adds sqrt(128 / N) to its
+# rows: >= 0.077 at the widest N (28672).
+ROW_ERROR_BOUND = 0.05
 
 
 class Stack(nn.Module):
@@ -90,8 +96,9 @@ def breakdown(ms: list):
     on the same operands as the GEMM's anchor."""
     rows = []
     for label, recipe in (("per-tensor", fp8ext.CurrentScaling()), ("row-wise", fp8ext.RowWise())):
+        # Per layer, enough copies of its FP8 weight to exceed L2 twice (o: 8 x 16.8 MB).
         lins = [[fp8ext.nn.FP8Linear.from_linear(nn.Linear(k, n, bias=False).to("cuda", torch.bfloat16), recipe)
-                 for _ in range(COPIES)] for _, k, n in LAYER]
+                 for _ in range(max(COPIES, -(-2 * L2_BYTES // (n * k))))] for _, k, n in LAYER]
         for m in ms:
             for (name, k, n), copies in zip(LAYER, lins):
                 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -103,8 +110,10 @@ def breakdown(ms: list):
                 try:
                     sb = lambda w: w.weight_scale.reshape(1, -1) if w.weight_scale.dim() else w.weight_scale
                     sa = s.reshape(-1, 1) if s.dim() else s
-                    t_cb = graph_time_rotating_ms(
-                        lambda w: torch._scaled_mm(q, w.weight.t(), sa, sb(w), out_dtype=torch.bfloat16), copies)
+                    cublas = lambda w: torch._scaled_mm(q, w.weight.t(), sa, sb(w), out_dtype=torch.bfloat16)  # noqa: E731
+                    check_output(fp8ext.scaled_mm(q, copies[0].weight, s, copies[0].weight_scale), cublas(copies[0]),
+                                 f"{label} {name} M={m}")
+                    t_cb = graph_time_rotating_ms(cublas, copies)
                     row["cublas_gemm_ms"] = round(t_cb, 5)
                 except RuntimeError as e:
                     row["cublas_note"] = str(e)[:120]
@@ -151,9 +160,8 @@ def main():
         for name, stacks in built.items():
             with torch.no_grad():
                 got = stacks[0](xs)
-            errors[name] = max(relative_error(g, r) for g, r in zip(got, ref))
-            if not errors[name] < 0.1:
-                raise AssertionError(f"{name} M={m}: error {errors[name]:.3f} against bf16")
+            errors[name] = max(check_output(g, r, f"{name} M={m}", ROW_ERROR_BOUND, columns=False)
+                               for g, r in zip(got, ref))
         times, rounds = time_stacks(built, xs)
         torchao = [name for name in times if name.startswith("torchao")]
         # The faster torchao variant in each round is the anchor of that round.
@@ -161,7 +169,7 @@ def main():
         for name, t in times.items():
             print(f"{name} M={m}: {t:.5f} ms", flush=True)
             row = {"op": "linear_stack", "variant": name, "M": m, "ms": round(t, 5),
-                   "max_rel_error": round(errors[name], 4),
+                   "worst_row_rel_error": round(errors[name], 4),
                    "timing": "cuda-graph, 3 layers' weights rotated, all variants in alternating bursts",
                    "rounds_ms": [round(x, 5) for x in rounds[name]]}
             if name.startswith("fp8ext"):
@@ -178,7 +186,7 @@ def main():
     path = write_results(args.out, "linear_stack", rows)
     print(f"wrote {path}")
     print_table([r for r in rows if "M" in r and r["op"] == "linear_stack"],
-                ["variant", "M", "ms", "ratio_vs_torchao", "ratio_vs_bf16", "max_rel_error"])
+                ["variant", "M", "ms", "ratio_vs_torchao", "ratio_vs_bf16", "worst_row_rel_error"])
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ import torch
 import fp8ext
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from benchlib import capture_graph, relative_error, rotating, time_interleaved_ms, write_results  # noqa: E402
+from benchlib import (capture_graph, check_output, relative_error, rotating, round_ratio,  # noqa: E402
+                      time_interleaved_ms, write_results)  # noqa: E402
 
 F8 = torch.float8_e4m3fn
 L2_BYTES = 60 * 2**20
@@ -62,6 +63,7 @@ def one_row(m: int, layer: str, per_row: bool) -> dict:
     for name, kw in variants(m):
         fn = lambda w, kw=kw: fp8ext.scaled_mm(a, w, sa, sb, **kw)  # noqa: E731
         errors[name] = relative_error(fn(ws[0]), exact, torch.float64)
+        check_output(fn(ws[0]), exact, f"{layer} {m}x{n}x{k} {name}")  # each timed variant checked once
         names.append(name)
         calls.append(fn)
     cublas = lambda w: torch._scaled_mm(a, w.t(), scale_a=csa, scale_b=csb, out_dtype=torch.bfloat16)  # noqa: E731
@@ -77,7 +79,7 @@ def one_row(m: int, layer: str, per_row: bool) -> dict:
     cublas_rounds = rounds[-1]
     return {"op": "deferred_promotion_configs", "layer": layer, "shape": [m, n, k],
             "scales": "row-wise" if per_row else "per-tensor", "us": us,
-            "cublas_over_ours_median_ratio": {name: round(sorted(c / o for c, o in zip(cublas_rounds, r))[len(r) // 2], 3)
+            "cublas_over_ours_median_ratio": {name: round(round_ratio(cublas_rounds, r), 3)
                                               for name, r in zip(names, rounds)},
             "tflops": {name: round(2 * m * n * k / (t * 1e-6) / 1e12, 1) for name, t in us.items()},
             "error_vs_float64": {name: float(f"{e:.3e}") for name, e in errors.items()},

@@ -21,8 +21,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from bench_linear import COPIES, LAYER, Stack, variants  # noqa: E402
-from benchlib import apply_env, env_setting, graph_time_rotating_ms, same_output, write_record  # noqa: E402
+from bench_linear import COPIES, LAYER, ROW_ERROR_BOUND, Stack, variants  # noqa: E402
+from benchlib import apply_env, check_output, env_setting, graph_time_rotating_ms, same_output, write_record  # noqa: E402
 
 import fp8ext  # noqa: E402
 
@@ -62,7 +62,11 @@ def main():
                 for name, ss in stacks.items():
                     for m, xs in inputs.items():
                         if rnd == 0:
-                            got = torch.cat([y.flatten() for y in ss[0](xs)])
+                            outs = ss[0](xs)
+                            for y, x, lin in zip(outs, xs, base[0].linears):  # against bf16 (bench_linear's bound)
+                                check_output(y, torch.nn.functional.linear(x, lin.weight), f"{name} M={m} {st}",
+                                             ROW_ERROR_BOUND, columns=False)
+                            got = torch.cat([y.flatten() for y in outs])
                             assert same_output(got, ref.setdefault((name, m), got), not args.close), (name, m, st)
                         times.setdefault((st, name, m), []).append(graph_time_rotating_ms(lambda s: s(xs), ss) * 1e3)
             apply_env({}, named)

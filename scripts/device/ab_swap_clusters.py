@@ -23,7 +23,8 @@ import torch
 import fp8ext
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from benchlib import capture_graph, relative_error, rotating, time_interleaved_ms, write_results  # noqa: E402
+from benchlib import (capture_graph, relative_error, rotating, round_ratio, time_interleaved_ms,  # noqa: E402
+                      write_results)  # noqa: E402
 
 F8 = torch.float8_e4m3fn
 L2_BYTES = 60 * 2**20
@@ -72,7 +73,7 @@ def main():
             auto_rounds = rounds[0]
             row = {"op": "swap_cluster_ab", "layer": layer, "shape": [m, n, k], "promotion": promotion, "us": us,
                    "error_vs_float64": {name: float(f"{e:.3e}") for name, e in errors.items()},
-                   "vs_auto_median_ratio": {name: round(sorted(a_ / o for a_, o in zip(auto_rounds, r))[len(r) // 2], 3)
+                   "vs_auto_median_ratio": {name: round(round_ratio(auto_rounds, r), 3)
                                             for name, r in zip(names, rounds)},
                    "weight_TBps": {name: round(n * k / (t * 1e-6) / 1e12, 3) for name, t in us.items()},
                    "timing": "cuda-graph of 20 calls, weights rotated past L2, interleaved bursts"}

@@ -21,7 +21,7 @@ import torch
 import fp8ext
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from benchlib import capture_graph, gemm_scales, rotating, run_info, time_interleaved_ms  # noqa: E402
+from benchlib import capture_graph, check_output, gemm_scales, rotating, run_info, time_interleaved_ms  # noqa: E402
 
 F8 = torch.float8_e4m3fn
 L2_BYTES = 60 * 2**20
@@ -63,7 +63,14 @@ def timed_row(shape, aligned, rounds):
     new = lambda w: fp8ext.scaled_mm(a, w, sa, sb, out_dtype=torch.bfloat16)  # noqa: E731
     old = lambda w: replaced_path(a, w, sa, sb)  # noqa: E731
     ali = lambda w: fp8ext.scaled_mm(a_aligned, w, sa2, sb2, out_dtype=torch.bfloat16)  # noqa: E731
+    # Every timed call checked once: the padded path against the dequantized product
+    # in fp32 and bit for bit against the path it replaced; the aligned one likewise.
+    want = lambda x, w, s_a, s_b: ((x.float() @ w.float().t()) * s_a[:, None] * s_b).to(torch.bfloat16)  # noqa: E731
+    check_output(new(ws[0]), want(a, ws[0], sa, sb), f"{m}x{n}x{k} padded path")
+    check_output(ali(ws_aligned[0]), want(a_aligned, ws_aligned[0], sa2, sb2), f"{am}x{an}x{ak} aligned")
     same = torch.equal(new(ws[0]), old(ws[0]))
+    if not same:
+        raise AssertionError(f"{m}x{n}x{k}: the padded path's bits differ from the replaced path's")
     calls = []
     for f, items in ((new, ws), (old, ws), (ali, ws_aligned)):
         call, count = rotating(f, items)

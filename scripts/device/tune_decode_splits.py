@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from bench_decode import DIM, KV_HEADS, Q_HEADS  # noqa: E402
-from benchlib import apply_env, env_setting, graph_time_rotating_ms, run_info  # noqa: E402
+from benchlib import apply_env, check_output, env_setting, graph_time_rotating_ms, run_info  # noqa: E402
 
 from fp8ext.kv_cache import plan_splits  # noqa: E402
 
@@ -41,6 +41,14 @@ def copies_of_cache(batch, context, dtype, min_bytes=256 << 20):
     perm = torch.randperm(copies * pages, device="cuda", dtype=torch.int32)
     tables = [perm[i * pages:(i + 1) * pages].reshape(batch, context // PAGE) for i in range(copies)]
     return pools, tables, bytes_one
+
+
+def reference(q, k, v, table, batch, context):
+    """Float SDPA over the cache that `table` names: [batch * Q_HEADS, DIM] (rows:
+    one query head of one sequence, as benchlib.check_output compares them)."""
+    kd, vd = (c.float()[table.long()].reshape(batch, context, KV_HEADS, DIM).transpose(1, 2) for c in (k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(q.float().unsqueeze(2), kd, vd, enable_gqa=True)
+    return out.reshape(-1, DIM)
 
 
 def main():
@@ -65,15 +73,17 @@ def main():
         for name in args.dtypes:
             planned = plan_splits(batch, KV_HEADS, context, sms, pipelined=name != "bf16")  # FP8 at DIM 128
             (k, v), tables, nbytes = copies_of_cache(batch, context, DTYPES[name])
+            want = reference(q, k, v, tables[0], batch, context)
             timings = {st: {} for st in settings}
             rounds = {st: {} for st in settings}
             for splits, _, (st, assignment) in itertools.product(
                     sorted({s for s in args.splits if context // s >= 128} | {planned}), range(args.rounds),
                     settings.items()):
                 apply_env(assignment, env_vars)
-                ms = graph_time_rotating_ms(
-                    lambda table, s=splits: torch.ops.fp8ext.paged_decode_attention(
-                        q, k, v, table, lens, one, one, DIM ** -0.5, s), tables)
+                run = lambda table, s=splits: torch.ops.fp8ext.paged_decode_attention(  # noqa: E731
+                    q, k, v, table, lens, one, one, DIM ** -0.5, s)
+                check_output(run(tables[0]).reshape(-1, DIM), want, f"{spec} {name} {splits} splits {st}")
+                ms = graph_time_rotating_ms(run, tables)
                 rounds[st].setdefault(splits, []).append(ms * 1e3)
                 timings[st][splits] = round(statistics.median(rounds[st][splits]), 2)
             apply_env({}, env_vars)
