@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "fp8ext/cuda_launch.h"
+#include "fp8ext/scaled_mm.h"
 #include "fp8ext/types.h"
 #include "raster_past_l2.h"
 
@@ -66,13 +67,16 @@ CUTLASS_DEVICE void queue_k_tile_mmas(TiledMma& tiled_mma, FragA const& tCrA, Fr
   warpgroup_fence_operand(acc);
 }
 
-// can_implement / initialize refusals are argument errors; a failed run keeps
-// the CUDA error of its launch.
+// can_implement / initialize refusals are argument errors. A failed run: a
+// sticky error (a kernel before it faulted) is still in the runtime and is
+// returned as it is; a refused launch's reason is not (GemmUniversalAdapter::run
+// reads and clears it), so it becomes kGemmLaunchRefused (fp8ext/scaled_mm.h),
+// not "unspecified launch failure", which reads as a crash.
 inline cudaError_t refusal(cutlass::Status) { return cudaErrorInvalidValue; }
 inline cudaError_t launch_result(cutlass::Status status) {
   const cudaError_t err = cudaGetLastError();
   if (status == cutlass::Status::kSuccess) return err;
-  return err != cudaSuccess ? err : cudaErrorLaunchFailure;
+  return err != cudaSuccess ? err : kGemmLaunchRefused;
 }
 
 // Run-time knobs for dispatch tuning only (environment, read at each launch so

@@ -72,8 +72,8 @@ void compare(Recipe recipe, Fp8Format f, const Shape& sh, uint32_t seed) {
   DeviceBuffer<float> dx(x.size()), ds(s_cpu.size()), work(cuda::kAmaxWorkspaceFloats);
   DeviceBuffer<uint8_t> dq(q_cpu.size());
   dx.upload(x);
-  cudaMemset(dq.ptr, 0xAB, dq.n);  // poison: every byte must be written
-  cudaMemset(ds.ptr, 0xAB, ds.n * sizeof(float));
+  CUDA_OK(cudaMemset(dq.ptr, 0xAB, dq.n));  // poison: every byte must be written
+  CUDA_OK(cudaMemset(ds.ptr, 0xAB, ds.n * sizeof(float)));
   const ConstMatrix gx{dx.ptr, DType::kFloat32, sh.rows, sh.cols, sh.cols};
   const Fp8Matrix gq{dq.ptr, f, sh.rows, sh.cols, padded};
   switch (recipe) {

@@ -89,8 +89,15 @@ GemmConfig scaled_mm_auto_config(const ScaledMmProblem& p);
 // (cudaMalloc's and torch's allocations are 256-byte aligned).
 size_t scaled_mm_workspace_bytes(const ScaledMmProblem& p, GemmConfig config);
 
+// What the GEMMs return when CUTLASS reports a failed launch but the runtime
+// holds no error: GemmUniversalAdapter::run reads and clears the runtime's
+// last error itself, so the launch's own reason is lost (a sticky error, left
+// by a kernel that faulted before, is returned as it is instead).
+inline constexpr cudaError_t kGemmLaunchRefused = cudaErrorUnknown;
+
 // Runs on `stream` without synchronising; cudaErrorInvalidValue for an
-// unsupported problem (see scaled_mm_unsupported_reason).
+// unsupported problem (see scaled_mm_unsupported_reason), kGemmLaunchRefused
+// for a launch CUDA refused.
 cudaError_t scaled_mm(const ScaledMmProblem& p, GemmConfig config, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream);
 

@@ -102,7 +102,7 @@ at::Tensor scaled_mm_blockwise_cuda(const at::Tensor& a, const at::Tensor& b, co
   if (const char* why = cuda::blockwise_mm_unsupported_reason(p))
     TORCH_CHECK_VALUE(false, "fp8ext.scaled_mm (block-wise): ", why);
   const cudaError_t err = launch(p, config, a);
-  check_cuda_status(err, "fp8ext.scaled_mm (block-wise): kernel launch");
+  check_gemm_status(err, "fp8ext.scaled_mm (block-wise): kernel launch");
   if (d.data_ptr() != out.data_ptr()) out.copy_(d.narrow(1, 0, n));  // torch's copy: see scaled_mm_cuda.cpp
   return out;
 }

@@ -6,6 +6,8 @@
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
 
+#include "fp8ext/scaled_mm.h"
+
 namespace fp8ext::torch_ops {
 
 // Raises RuntimeError naming `what` when `err` is not cudaSuccess. A failed
@@ -14,6 +16,19 @@ namespace fp8ext::torch_ops {
 inline void check_cuda_status(cudaError_t err, const char* what) {
   if (err != cudaSuccess) (void)cudaGetLastError();
   TORCH_CHECK(err == cudaSuccess, what, ": CUDA error: ", cudaGetErrorString(err));
+}
+
+// The GEMM ops' launch check: a launch CUDA refused inside CUTLASS comes back
+// without its reason (fp8ext/scaled_mm.h, kGemmLaunchRefused); say what
+// usually causes it rather than "unknown error" alone.
+inline void check_gemm_status(cudaError_t err, const char* what) {
+  if (err == cuda::kGemmLaunchRefused) {
+    (void)cudaGetLastError();
+    TORCH_CHECK(false, what, ": CUDA refused the CUTLASS kernel's launch and CUTLASS cleared the reason (usual "
+                "causes: a stream capture that forbids it, thread-block clusters unavailable, e.g. under MPS, or "
+                "a build without this GPU's code)");
+  }
+  check_cuda_status(err, what);
 }
 
 // The quantization and KV-cache kernels are built for the configured archs plus

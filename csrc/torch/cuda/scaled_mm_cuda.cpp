@@ -93,7 +93,7 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
                     cuda::gemm_config_name(static_cast<GemmConfig>(config)),
                     " is not instantiated for these operand formats and output dtype (use auto)");
   const cudaError_t err = launch(p, config, a);
-  check_cuda_status(err, "fp8ext.scaled_mm: kernel launch");
+  check_gemm_status(err, "fp8ext.scaled_mm: kernel launch");
 
   if (d.data_ptr() == out.data_ptr()) return out;
   // D's padded columns are dropped by torch's copy: copy_zero_padded stores 2
