@@ -4,7 +4,7 @@ bf16 cache, and F.scaled_dot_product_attention over a contiguous bf16 cache of
 the same shape, in one run; page sizes 16 and 64, pages scattered at random.
 Also the fused cache write (one decode step's K/V, and a 4096-token prefill).
 
-    python bench/bench_decode.py --out DIR [--head-dim 64|128|256] [--page-sizes 16 64]
+    python bench/bench_decode.py --out DIR [--head-dim 64|128|256] [--page-sizes 16 64] [--writes-only]
 """
 from __future__ import annotations
 
@@ -122,10 +122,11 @@ def main():
                     help="64, 128 or 256: a bf16 cache at 64 has the 128-byte rows of FP8 at 128, which tells "
                          "DRAM access granularity apart from FP8's per-token work (bench/NOTES.md)")
     ap.add_argument("--page-sizes", type=int, nargs="+", default=[16, 64])
+    ap.add_argument("--writes-only", action="store_true", help="only the fused cache write's rows")
     args = ap.parse_args()
     torch.manual_seed(0)
     rows = []
-    for page_size in args.page_sizes:
+    for page_size in [] if args.writes_only else args.page_sizes:
         for batch, context in SUITE:
             rows.append(decode_row(batch, context, page_size, args.head_dim))
             print(rows[-1], flush=True)

@@ -9,7 +9,7 @@ rotated among copies that together exceed L2;
 unaligned shapes report our time (cuBLAS refuses them) and the slowdown against
 the nearest aligned shape.
 
-    python bench/bench_gemm.py --out DIR [--full] [--configs] [--ms M ...]
+    python bench/bench_gemm.py --out DIR [--full] [--configs] [--ms M ...] [--layers 8b_o ...]
 
 Ours and cuBLAS are timed in alternating bursts on each row, and the ratio is
 the median of the per-round ratios (benchlib.time_interleaved_ms says why).
@@ -140,8 +140,9 @@ def main():
     ap.add_argument("--full", action="store_true", help="the whole suite (default: a quick subset)")
     ap.add_argument("--configs", action="store_true", help="also time every tile configuration (dispatch tuning)")
     ap.add_argument("--ms", type=int, nargs="+", help="only these M (default: the suite's, or the quick subset's)")
+    ap.add_argument("--layers", nargs="+", choices=list(NK), help="only these layers (and no unaligned rows)")
     args = ap.parse_args()
-    layers = list(NK) if args.full else [k for k in NK if k.startswith("8b") or k == "cube"]
+    layers = args.layers or (list(NK) if args.full else [k for k in NK if k.startswith("8b") or k == "cube"])
     ms = args.ms or (M_ALL if args.full else [1, 16, 128, 4096])
     rows = []
     for layer in layers:
@@ -157,7 +158,7 @@ def main():
                         rows.append({"layer": layer, **bench_row(mc, n, k, True, config, anchor=False)})
             torch.cuda.empty_cache()
         write_results(args.out, "gemm", rows)  # partial results survive a time limit
-    for (m, n, k), (am, an, ak) in UNALIGNED:
+    for (m, n, k), (am, an, ak) in ([] if args.layers else UNALIGNED):
         unaligned = bench_row(m, n, k, True, anchor=False)
         aligned = bench_row(am, an, ak, True, anchor=False)
         rows.append({"layer": "unaligned", **unaligned, "aligned_shape": aligned["shape"],
