@@ -22,7 +22,7 @@ inline void check_cuda_status(cudaError_t err, const char* what) {
 // without its reason (fp8ext/scaled_mm.h, kGemmLaunchRefused); say what
 // usually causes it rather than "unknown error" alone.
 inline void check_gemm_status(cudaError_t err, const char* what) {
-  if (err == cuda::kGemmLaunchRefused) {
+  if (err == fp8ext::cuda::kGemmLaunchRefused) {
     (void)cudaGetLastError();
     TORCH_CHECK(false, what, ": CUDA refused the CUTLASS kernel's launch and CUTLASS cleared the reason (usual "
                 "causes: a stream capture that forbids it, thread-block clusters unavailable, e.g. under MPS, or "
