@@ -193,11 +193,17 @@ def worst_slice_error(got: torch.Tensor, ref: torch.Tensor, columns: bool = True
     not in its rows' (0.047) or columns' (0.088). columns=False where a column
     holds too few values for its error to be steady (a few rows against bf16)."""
     d, r = got.float() - ref.float(), ref.float()
-    errors = [d.norm() / r.norm().clamp(min=1e-30)]
+    whole = r.norm().clamp(min=1e-30)
+    errors = [d.norm() / whole]
     if r.dim() == 2 and r.numel():
-        errors.append((d.norm(dim=1) / r.norm(dim=1).clamp(min=1e-30)).max())
-        if columns:
-            errors.append((d.norm(dim=0) / r.norm(dim=0).clamp(min=1e-30)).max())
+        for dim in (1, 0) if columns else (1,):
+            # A slice's norm is floored at a typical slice's: a short slice (a column
+            # of an M = 1 output is one value) can hold a value near 0, which two
+            # correct kernels round differently by more than 3% of it (cuBLAS's fast
+            # accumulation is off by up to 0.0044 of the RMS value, session 27). A
+            # wrong tile's slices have typical norms, so the floor does not hide it.
+            typical = whole * (r.shape[dim] / r.numel()) ** 0.5
+            errors.append((d.norm(dim=dim) / r.norm(dim=dim).clamp(min=typical)).max())
     return max(e.item() for e in errors)
 
 

@@ -50,3 +50,20 @@ def test_check_output_catches_one_wrong_row_and_nans():
     nan[3, 5] = float("nan")
     with pytest.raises(AssertionError, match="NaN"):
         check_output(nan, ref, "nan")
+
+
+def test_check_output_passes_an_m1_output_with_values_near_zero():
+    """A [1, N] output's columns are single values; two correct kernels that sum
+    in another order differ by ~1e-4 of the typical value even where a value is
+    ~0, which must not fail the check (it did before slice norms were floored)."""
+    torch.manual_seed(1)
+    ref = torch.randn(1, 6144)
+    ref[0, :8] = torch.tensor([0.0, 1e-6, -1e-5, 3e-4, 1e-3, -2e-3, 5e-3, 1e-2])
+    got = (ref + 1e-4 * torch.randn(1, 6144)).to(torch.bfloat16)
+    assert check_output(got, ref, "M = 1") < 3e-2
+    fast = ref + 0.0044 * torch.randn(1, 6144)  # cuBLAS's fast accumulation's whole error, per value
+    assert check_output(fast, ref, "M = 1, fast accumulation") < 3e-2
+    bad = got.clone()
+    bad[0, 100:228] = 0  # a 128-wide tile's worth of one row
+    with pytest.raises(AssertionError):
+        check_output(bad, ref, "M = 1, zeroed")

@@ -78,6 +78,11 @@ def fused_cases():
     yield "rms: weight dtype", rms, (x, w.float(), 1e-5, F8, 0, False, 0), "weight"
     yield "rms: eps < 0", rms, (x, w, -1.0, F8, 0, False, 0), "eps"
     yield "rms: eps nan", rms, (x, w, float("nan"), F8, 0, False, 0), "eps"
+    overlapping = torch.randn(1, 256, dtype=torch.bfloat16).expand(6, 256)
+    yield "rms: x overlapping rows", rms, (overlapping, w, 1e-5, F8, 0, False, 0), "x"
+    yield "add: x overlapping rows", ops.add_rms_norm_quantize_per_row, (
+        overlapping, x.clone(), w, 1e-5, F8, 0, False, 0), "x"
+    yield "silu: x overlapping rows", ops.silu_mul_quantize_per_row, (overlapping, F8, 0, False, 0), "x"
     yield "rms: x column-major", rms, (x_of(256, 256).t(), w, 1e-5, F8, 0, False, 0), "x"
     yield "rms: x int32", rms, (torch.ones(6, 256, dtype=torch.int32), w, 1e-5, F8, 0, False, 0), None
     yield "rms: dtype", rms, (x, w, 1e-5, torch.float16, 0, False, 0), "dtype"

@@ -58,7 +58,7 @@ def cases(ms, layers, kinds=KINDS, fast=False):
             ours = lambda w, a=a, ga=ga, gb=gb: fp8ext.scaled_mm(a, w, ga, gb)  # noqa: E731
             anchor, _ = cublas_blockwise(a, ws[0], ga, gb)
             if anchor is None:  # cuBLAS refuses M = 1: the dequantized product in fp32 is the check instead
-                anchor_check = lambda w, a=a, ga=ga, gb=gb: (  # noqa: E731
+                anchor_check = lambda w, a=a, ga=ga, gb=gb, n=n, k=k: (  # noqa: E731
                     (a.float() * ga.repeat_interleave(BLOCK, 1)[:, :k])
                     @ (w.float() * gb.repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)[:n, :k]).t())
                 out.append((f"{m}x{n}x{k} block-wise", n * k, ours, None, ws, anchor_check))

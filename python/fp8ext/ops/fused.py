@@ -16,6 +16,8 @@ def _check_rows(x) -> None:
     asked here too, so that code run on the CPU does not fail first on the GPU."""
     if x.dim() == 2 and x.shape[1] > 1 and x.stride(1) != 1:
         raise ValueError(f"x must have a contiguous last dimension (stride 1), got strides {tuple(x.stride())}")
+    if x.dim() == 2 and x.shape[0] > 1 and x.stride(0) < x.shape[1]:
+        raise ValueError(f"x rows must not overlap, got strides {tuple(x.stride())}")
 
 
 def check_norm_weight(x, weight, eps) -> None:
