@@ -61,17 +61,16 @@ def decode_row(batch, context, page_size, dim=DIM):
         error = lambda fn, what: round(check_output(fn().reshape(-1, dim), want.reshape(-1, dim),  # noqa: E731
                                                     f"{batch}x{context} page {page_size} {what}"), 5)
         row[f"{name}_rel_error"] = error(run, name)
-        if name == "fp8":
-            if dim == 128:  # the register kernel (FP8EXT_DECODE_PIPELINE=0), side by side with the default pipeline
-                reg_splits = plan_splits(batch, KV_HEADS, context, sms)  # what the cache plans with it
-                row["fp8_registers_num_splits"] = reg_splits
-                reg = lambda: torch.ops.fp8ext.paged_decode_attention(  # noqa: E731
-                    q, k, v, table, lens, scale, scale, dim ** -0.5, reg_splits)
-                with mock.patch.dict(os.environ, {"FP8EXT_DECODE_PIPELINE": "0"}):
-                    row["fp8_registers_rel_error"] = error(reg, "fp8 registers")
-                    reg_ms = graph_time_ms(reg)
-                row["fp8_registers_ms"] = round(reg_ms, 5)
-                row["fp8_registers_TBps"] = round(kv_elems / reg_ms / 1e9, 3)
+        if name == "fp8" and dim == 128:  # the register kernel (FP8EXT_DECODE_PIPELINE=0) beside the pipeline
+            reg_splits = plan_splits(batch, KV_HEADS, context, sms)  # what the cache plans with it
+            row["fp8_registers_num_splits"] = reg_splits
+            reg = lambda: torch.ops.fp8ext.paged_decode_attention(  # noqa: E731
+                q, k, v, table, lens, scale, scale, dim ** -0.5, reg_splits)
+            with mock.patch.dict(os.environ, {"FP8EXT_DECODE_PIPELINE": "0"}):
+                row["fp8_registers_rel_error"] = error(reg, "fp8 registers")
+                reg_ms = graph_time_ms(reg)
+            row["fp8_registers_ms"] = round(reg_ms, 5)
+            row["fp8_registers_TBps"] = round(kv_elems / reg_ms / 1e9, 3)
         del k, v
     kb = torch.randn(batch, KV_HEADS, context, dim, device="cuda", dtype=torch.bfloat16)
     vb = torch.randn_like(kb)
