@@ -58,7 +58,7 @@ def decode_kernel(request, monkeypatch):
 
 @pytest.mark.parametrize("dtype", CACHE_DTYPES)
 @pytest.mark.parametrize("in_dtype", [torch.bfloat16, torch.float16, torch.float32])
-@pytest.mark.parametrize("dim", [64, 128, 256])
+@pytest.mark.parametrize("dim", [16, 48, 64, 80, 128, 256])  # the write takes any multiple of 16
 def test_write_matches_reference_bit_for_bit(dtype, in_dtype, dim, seed):
     pages, page_size, heads, n = 12, 16, 4, 70
     k = (torch.randn(n, heads, dim) * 30).to(in_dtype)
@@ -173,6 +173,89 @@ def test_non_finite_values_propagate_as_in_the_reference(num_splits, dtype, dim,
     assert torch.equal(torch.isnan(got), torch.isnan(want))
     finite = ~torch.isnan(want)
     assert rel(got[finite], want[finite]) < MMA_TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [E4M3, torch.bfloat16])
+def test_write_replays_in_a_cuda_graph(dtype, seed):
+    """The write captured once, replayed on new K, V, slots and scales (all read from
+    device memory at each replay), as the reference writes them."""
+    pages, page_size, heads, dim, n = 12, 16, 4, 128, 9
+    k, v = (torch.zeros(n, heads, dim, device="cuda") for _ in range(2))
+    slots = torch.zeros(n, dtype=torch.int64, device="cuda")
+    k_scale, v_scale = torch.ones(heads, device="cuda"), torch.ones((), device="cuda")
+    k_pool, v_pool = (torch.zeros(pages, page_size, heads, dim, dtype=dtype, device="cuda") for _ in range(2))
+
+    def write():
+        torch.ops.fp8ext.kv_cache_write(k, v, k_pool, v_pool, slots, k_scale, v_scale)
+
+    write()  # warm up outside the graph
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        write()
+    want_k, want_v = (torch.zeros(pages, page_size, heads, dim, dtype=dtype) for _ in range(2))
+    for step in range(3):
+        k.copy_(torch.randn(n, heads, dim) * 20)
+        v.copy_(torch.randn(n, heads, dim) * 20)
+        slots.copy_(torch.randperm(pages * page_size)[:n])
+        slots[step] = -1
+        k_scale.copy_(torch.rand(heads) + 0.1)
+        v_scale.fill_(0.5 + step)
+        graph.replay()
+        ref.kv_cache_write(k.cpu(), v.cpu(), want_k, want_v, slots.cpu(), k_scale.cpu(), v_scale.cpu())
+        assert torch.equal(k_pool.cpu().view(torch.uint8), want_k.view(torch.uint8)), step
+        assert torch.equal(v_pool.cpu().view(torch.uint8), want_v.view(torch.uint8)), step
+
+
+def poison_unattended(pool, table, lengths, window, page_size):
+    """A copy of `pool` with NaN in every slot its sequences do not attend to: past
+    each length in its last page, and before the window's start."""
+    out = pool.clone()
+    for b, n in enumerate(lengths):
+        start = max(0, n - window) if window > 0 else 0
+        for t in [*range(start), *range(n, -(-n // page_size) * page_size)]:
+            out[table[b, t // page_size], t % page_size] = float("nan")
+    return out
+
+
+# Stale NaN (a reused page, an uninitialised pool) where a sequence does not attend must
+# not reach its output: P = 0 times NaN is NaN, so the kernels must not load those rows.
+@pytest.mark.parametrize("num_splits", [1, 3])
+@pytest.mark.parametrize("dtype,dim", [(E4M3, 128), (torch.bfloat16, 64), (torch.float16, 256)], ids=str)
+@pytest.mark.parametrize("window,softcap", [(0, 0.0), (100, 0.0), (45, 30.0)])
+def test_stale_nan_where_a_sequence_does_not_attend_is_never_read(num_splits, dtype, dim, window, softcap, seed,
+                                                                 decode_kernel):
+    page_size, heads, lengths = 16, 2, [37, 300, 5]
+    table, lens = scattered_tables(lengths, page_size, 32)
+    k_pool, v_pool = (random_pool(32, page_size, heads, dim, dtype) for _ in range(2))
+    q = torch.randn(len(lengths), 4, dim)
+    args = (table, lens, torch.rand(heads) + 0.2, torch.tensor(0.7), dim ** -0.5, num_splits, window, softcap)
+    want = ref.paged_decode_attention(q, k_pool, v_pool, *args)
+    k_bad, v_bad = (poison_unattended(p, table, lengths, window, page_size) for p in (k_pool, v_pool))
+    got = decode_on_cuda(q, k_bad, v_bad, args).cpu()
+    assert torch.isfinite(got).all(), [b for b in range(len(lengths)) if not torch.isfinite(got[b]).all()]
+    assert rel(got, want) < MMA_TOL[dtype]
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+@pytest.mark.parametrize("dtype,dim", [(E4M3, 128), (torch.bfloat16, 64)], ids=str)
+@pytest.mark.parametrize("bad_page", [-1, 10**6])
+def test_pages_wholly_before_the_window_are_not_checked(num_splits, dtype, dim, bad_page, seed, decode_kernel):
+    """With a window only the attended tokens' pages are read and checked (the
+    header's contract): bad ids in the table before the window change nothing.
+    (The CPU reference checks every page within the length, so it runs on the
+    good table.)"""
+    page_size, heads, window = 16, 2, 64
+    table, lens = scattered_tables([300, 20], page_size, 32)
+    k_pool, v_pool = (random_pool(32, page_size, heads, dim, dtype) for _ in range(2))
+    q = torch.randn(2, 4, dim)
+    one = torch.ones(())
+    want = ref.paged_decode_attention(q, k_pool, v_pool, table, lens, one, one, dim ** -0.5, num_splits, window, 0.0)
+    bad = table.clone()
+    bad[0, :(300 - window) // page_size] = bad_page  # pages 0-13 end before token 236, the window's start
+    got = decode_on_cuda(q, k_pool, v_pool, (bad, lens, one, one, dim ** -0.5, num_splits, window, 0.0)).cpu()
+    assert torch.isfinite(got).all()
+    assert rel(got, want) < MMA_TOL[dtype]
 
 
 @pytest.mark.parametrize("dim", [64, 128])

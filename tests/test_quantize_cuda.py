@@ -54,14 +54,41 @@ def test_cuda_per_tensor_amax_found_anywhere(shape, seed):
         assert torch.equal(s.cpu(), s_cpu) and same_bits(q, q_cpu)
 
 
+# Scales from the fast division's range to far past it (2^+-70, 1e-30, a float32
+# subnormal): the kernels' quotient must stay bit-exact with the CPU's division.
+SCALES = [0.013, 2.0 ** 70, 2.0 ** -70, 1e-30, 1e-40]
+
+
 @pytest.mark.parametrize("fp8", FP8, ids=str)
-def test_cuda_with_scale_and_cast_match_cpu(fp8, seed):
-    x = random_input((77, 4100), torch.bfloat16, seed, non_finite=True)
-    s = torch.tensor(0.013)
-    assert same_bits(torch.ops.fp8ext.quantize_with_scale(x.cuda(), s.cuda(), fp8, 16),
-                     torch.ops.fp8ext.quantize_with_scale(x, s, fp8, 16))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 127), (77, 4100), (16, 8192), (1000, 4100)], ids=str)
+def test_cuda_with_scale_and_cast_match_cpu(fp8, dtype, shape, seed):
+    x = random_input(shape, dtype, seed, non_finite=True, zero_row=True, signed_zeros=True)
+    for scale in SCALES:
+        s = torch.tensor(scale)
+        for pad in (0, 16):
+            assert same_bits(torch.ops.fp8ext.quantize_with_scale(x.cuda(), s.cuda(), fp8, pad),
+                             torch.ops.fp8ext.quantize_with_scale(x, s, fp8, pad)), (scale, pad)
     for sat in (True, False):
         assert same_bits(torch.ops.fp8ext.cast_to_fp8(x.cuda(), fp8, sat), torch.ops.fp8ext.cast_to_fp8(x, fp8, sat))
+
+
+@pytest.mark.parametrize("fp8", FP8, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(1, 1000), (1, 1), (300, 1000)], ids=str)
+def test_cuda_delayed_op_matches_cpu_every_format_dtype_and_one_row(fp8, dtype, shape, seed):
+    """The op itself, step after step from one state: codes, used scale, history
+    and next scale bit-exact with the CPU (both amax rules)."""
+    for use_history_max in (True, False):
+        hist, scale = torch.zeros(4), torch.ones(())
+        hist_g, scale_g = hist.cuda(), scale.cuda()
+        for step in range(6):
+            x = random_input(shape, dtype, seed + step, non_finite=step == 3) * 4.0 ** (step % 3)
+            q, s = torch.ops.fp8ext.quantize_delayed(x.cuda(), hist_g, scale_g, fp8, 1, step % 2 == 1,
+                                                     use_history_max, 16)
+            q_c, s_c = torch.ops.fp8ext.quantize_delayed(x, hist, scale, fp8, 1, step % 2 == 1, use_history_max, 16)
+            assert same_bits(q, q_c) and torch.equal(s.cpu(), s_c), (step, use_history_max)
+            assert torch.equal(hist_g.cpu(), hist) and torch.equal(scale_g.cpu(), scale), (step, use_history_max)
 
 
 def test_cuda_delayed_matches_cpu(seed):
@@ -75,7 +102,7 @@ def test_cuda_delayed_matches_cpu(seed):
         assert torch.equal(gpu.amax_history.cpu(), cpu.amax_history) and torch.equal(gpu.scale.cpu(), cpu.scale)
 
 
-@pytest.mark.parametrize("op", OPS + ["quantize_delayed", "quantize_with_scale"])
+@pytest.mark.parametrize("op", OPS + ["quantize_delayed", "quantize_with_scale", "cast_to_fp8"])
 def test_cuda_graph_capture(op, seed):
     x = random_input((64, 4100), torch.bfloat16, seed).cuda()
     hist, scale = torch.zeros(4, device="cuda"), torch.ones((), device="cuda")
@@ -86,6 +113,8 @@ def test_cuda_graph_capture(op, seed):
             return torch.ops.fp8ext.quantize_delayed(x, hist, scale, f8, 0, False, True, 16)
         if op == "quantize_with_scale":
             return torch.ops.fp8ext.quantize_with_scale(x, scale, f8, 16), scale
+        if op == "cast_to_fp8":
+            return torch.ops.fp8ext.cast_to_fp8(x, f8, True), scale
         return getattr(torch.ops.fp8ext, op)(x, f8, 0, False, 16)
 
     run()  # warm up outside the graph
@@ -109,6 +138,8 @@ def test_cuda_graph_capture(op, seed):
             assert torch.equal(hist.cpu(), hist_cpu) and torch.equal(scale.cpu(), scale_cpu), step
         elif op == "quantize_with_scale":
             q_cpu, s_cpu = torch.ops.fp8ext.quantize_with_scale(x.cpu(), scale.cpu(), f8, 16), scale.cpu()
+        elif op == "cast_to_fp8":
+            q_cpu, s_cpu = torch.ops.fp8ext.cast_to_fp8(x.cpu(), f8, True), scale.cpu()
         else:
             q_cpu, s_cpu = getattr(torch.ops.fp8ext, op)(x.cpu(), f8, 0, False, 16)
         assert same_bits(q, q_cpu) and torch.equal(s.cpu(), s_cpu), step

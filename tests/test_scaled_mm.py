@@ -121,3 +121,21 @@ def test_output_strides_are_row_major_like_the_fakes(m, n, k):
         fake = torch.ops.fp8ext.scaled_mm(*(mode.from_tensor(t) for t in (a, b, sa, sb)), None, torch.bfloat16, 0,
                                           False)
     assert d.shape == (m, n) and d.stride() == torch.empty(m, n).stride() == fake.stride()
+
+
+def test_the_gpu_tests_slice_check_catches_one_wrong_store_the_whole_error_misses():
+    """gemm_cases.worst_slice_error, which the GPU tests' check() applies on top of
+    the whole output's error: 8 wrong bf16 values (one 16-byte store) of a
+    1000 x 776 output pass the whole bound and fail the slice bound; the CPU op's
+    correct output passes both, M = 1 included."""
+    from gemm_cases import SLICE_TOLERANCE, TOLERANCE, operands, reference, rel_error, worst_slice_error
+    g = torch.Generator().manual_seed(0)
+    for m in (1, 1000):
+        a, b, sa, sb, bias = operands(m, 776, 384, "cpu", bias_dtype=torch.bfloat16, generator=g)
+        want = reference(a, b, sa, sb, bias)
+        d = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+        assert worst_slice_error(d, want) < SLICE_TOLERANCE[torch.bfloat16] / 2  # bf16 rounding: <= 2^-8
+    bad = d.clone()
+    bad[500, 96:104] = 0
+    assert rel_error(bad, want) < TOLERANCE[torch.bfloat16]
+    assert worst_slice_error(bad, want) > SLICE_TOLERANCE[torch.bfloat16]

@@ -7,7 +7,8 @@ import torch
 import fp8ext
 from fp8ext import _native
 from cuda_graphs import capture
-from gemm_cases import F8, TOLERANCE, assert_split_changes_summation, operands, reference, rel_error
+from gemm_cases import (F8, SLICE_TOLERANCE, TOLERANCE, assert_split_changes_summation, operands, reference,
+                        rel_error, worst_slice_error)
 
 pytestmark = pytest.mark.gpu
 
@@ -29,8 +30,12 @@ def check(m, n, k, out_dtype=torch.bfloat16, per_row_a=True, per_row_b=True, bia
     d = fp8ext.scaled_mm(a, b, sa, sb, out_dtype=out_dtype, bias=bias_t, config=config,
                          use_fast_accum=use_fast_accum)
     assert d.shape == (m, n) and d.dtype == out_dtype and d.is_contiguous()
-    err = rel_error(d, reference(a, b, sa, sb, bias_t))
+    want = reference(a, b, sa, sb, bias_t)
+    err = rel_error(d, want)
     assert err < TOLERANCE[out_dtype], f"M={m} N={n} K={k} {out_dtype} config={config}: error {err:.2e}"
+    if m and n and not use_fast_accum:  # a wrong tile or store hides in the whole output's error, not in a slice's
+        worst = worst_slice_error(d, want)
+        assert worst < SLICE_TOLERANCE[out_dtype], f"M={m} N={n} K={k} {out_dtype} config={config}: slice {worst:.2e}"
 
 
 @pytest.mark.parametrize("m", M_SWEEP)
@@ -233,7 +238,10 @@ def test_non_finite_inputs_propagate(seed):
 # tensor cores may make NaN of what the reference calls infinite). The rest is as the reference.
 @pytest.mark.parametrize("config,m,fp8", [("gemv", 1, F8), ("swap_small", 16, F8), ("swap_medium", 48, F8),
                                           ("medium", 100, F8), ("large", 300, F8), ("split_k", 48, F8),
-                                          ("auto", 3, E5), ("auto", 300, E5)], ids=str)
+                                          ("split_k", 100, F8), ("large_n192", 300, F8),
+                                          ("large_cluster_n", 300, F8), ("wide_fast_accum", 300, F8),
+                                          ("pingpong_fast_accum", 300, F8), ("auto", 3, E5), ("auto", 300, E5)],
+                         ids=str)
 def test_non_finite_codes_scales_and_bias_in_every_kernel(monkeypatch, config, m, fp8, seed):
     if config == "split_k":
         monkeypatch.setenv("FP8EXT_GEMM_SPLITS", "2")
@@ -256,6 +264,44 @@ def test_non_finite_codes_scales_and_bias_in_every_kernel(monkeypatch, config, m
     assert torch.isnan(d)[torch.isnan(ref)].all()
     finite = torch.isfinite(ref)
     assert rel_error(d[finite], ref[finite]) < TOLERANCE[out_dtype]
+
+
+# fp16 output past 65504: every kernel family rounds to +-inf, as the reference's
+# fp32 -> fp16 cast does (and cuBLAS and torch.matmul), never to a saturated or
+# wrapped value. Codes of 448 x 448 over K = 512 overflow; rows of B at 0.25 give
+# 57344 exactly (still finite); negative rows give -inf.
+@pytest.mark.parametrize("config,m", [("gemv", 1), ("swap_small", 5), ("swap_medium", 48), ("medium", 100),
+                                      ("large", 300), ("split_k", 48), ("auto", 17)], ids=str)
+def test_fp16_output_overflows_to_inf_as_the_reference(monkeypatch, config, m):
+    if config == "split_k":
+        monkeypatch.setenv("FP8EXT_GEMM_SPLITS", "2")
+    k, n = 512, 264
+    a = torch.full((m, k), 448.0).to(F8)
+    b = torch.full((n, k), 0.25)
+    b[::3] = 448.0
+    b[1::3] = -448.0
+    b = b.to(F8)
+    one = torch.ones(())
+    want = reference(a, b, one, one, None).to(torch.float16)
+    assert torch.isinf(want[:, 0]).all() and torch.isinf(want[:, 1]).all() and (want[:, 2] == 57344).all()
+    d = fp8ext.scaled_mm(a.cuda(), b.cuda(), one.cuda(), one.cuda(), out_dtype=torch.float16, config=config)
+    assert torch.equal(d.cpu(), want), f"{config}: {d[0, :4].tolist()} against {want[0, :4].tolist()}"
+
+
+@pytest.mark.parametrize("m", [5, 9])
+def test_gemv_poisons_only_its_own_rows(m, seed):
+    """The GEMV takes up to four rows of A per warp: a NaN code in row 2 and a NaN
+    scale of row 4 poison those rows only, not the others a warp shares."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, _ = operands(m, 776, 384, "cuda", generator=g)
+    a[2, 5] = float("nan")
+    sa[4] = float("nan")
+    d = fp8ext.scaled_mm(a, b, sa, sb, config="gemv").cpu()
+    bad = torch.zeros(m, dtype=torch.bool)
+    bad[[2, 4]] = True
+    assert torch.isnan(d[bad]).all() and torch.isfinite(d[~bad]).all()
+    want = reference(a.cpu(), b.cpu(), sa.cpu(), sb.cpu(), None)
+    assert rel_error(d[~bad], want[~bad]) < TOLERANCE[torch.bfloat16]
 
 
 @pytest.mark.parametrize("offset", [0, 8])
