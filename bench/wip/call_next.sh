@@ -11,7 +11,7 @@ B=${CALL_BUDGET:-560}
 left() { echo $((B - SECONDS)); }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu0.txt; cat $OUT/gpu0.txt
 bash scripts/device/run.sh $OUT build > $OUT/run_build.txt 2>&1; tail -2 $OUT/run_build.txt
-(cd /tmp && timeout $(( $(left) - 230 )) python3 -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml=$OUT/gpu.xml \
+(cd /tmp && timeout $(( $(left) - 200 )) python3 -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml=$OUT/gpu.xml \
   $R/tests > $OUT/pytest.log 2>&1; echo "pytest rc $?"); tail -4 $OUT/pytest.log
 [ $(left) -gt 60 ] && (timeout 40 ctest --test-dir $R/build/device --output-on-failure \
   > $OUT/ctest.log 2>&1; echo "ctest rc $?"; grep -E "tests passed|Failed|\*\*\*" $OUT/ctest.log | tail -4)
