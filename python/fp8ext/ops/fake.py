@@ -41,10 +41,10 @@ def _fake(op: str):
 
 
 def _concrete(*tensors) -> bool:
-    """Whether every size is a plain int. The fakes check their arguments
-    only then (meta tensors, or torch.compile with static shapes): under torch.compile a symbolic size would turn the
-    checks into guards, and a data-dependent one (rows picked by a mask) cannot
-    be decided at all; the real op checks at run time there."""
+    """Whether every size is a plain int. The fakes check their arguments only
+    then (meta tensors, or torch.compile with static shapes): a symbolic size
+    would turn the checks into guards, and a data-dependent one (rows picked by
+    a mask) cannot be decided at all; the real op checks at run time there."""
     return all(isinstance(d, int) for t in tensors if isinstance(t, torch.Tensor) for d in t.shape)
 
 
