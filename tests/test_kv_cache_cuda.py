@@ -152,9 +152,9 @@ def test_split_merge_with_very_negative_scores(num_splits, seed, decode_kernel):
 
 
 # An FP8 cache at head_dim 128 is the one the pipelined kernel takes (the others run the register kernel
-# whatever decode_kernel says); E4M3 has no infinity, so its planted inf is a NaN code.
+# whatever decode_kernel says); E4M3 has no infinity, so its planted inf is a NaN code; E5M2 keeps it.
 @pytest.mark.parametrize("num_splits", [1, 3])
-@pytest.mark.parametrize("dtype,dim", [(torch.bfloat16, 64), (E4M3, 128)], ids=str)
+@pytest.mark.parametrize("dtype,dim", [(torch.bfloat16, 64), (E4M3, 128), (E5M2, 128)], ids=str)
 def test_non_finite_values_propagate_as_in_the_reference(num_splits, dtype, dim, seed, decode_kernel):
     page_size, heads = 16, 2
     table, lens = scattered_tables([40, 40, 40, 40], page_size, 16)
