@@ -19,9 +19,8 @@ import torch.nn.functional as F
 from fp8ext.kv_cache import plan_splits
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import check_output, graph_time_ms, graph_time_rotating_ms, print_table, write_results  # noqa: E402
-
-L2_BYTES = 60 * 2**20
+from benchlib import (check_output, copies_past_l2, graph_time_ms, graph_time_rotating_ms, print_table,  # noqa: E402
+                      write_results)
 
 Q_HEADS, KV_HEADS, DIM = 32, 8, 128
 SUITE = [(1, 32768), (1, 131072), (8, 32768), (64, 4096), (256, 1024)]
@@ -95,7 +94,7 @@ def write_rows():
         num_pages = 8192
         pools = [torch.zeros(num_pages, 16, KV_HEADS, DIM, device="cuda", dtype=fp8) for _ in range(2)]
         moved = 2 * tokens * KV_HEADS * DIM * (2 + 1)  # read bf16, write FP8, for K and V
-        copies = -(-2 * L2_BYTES // moved)
+        copies = copies_past_l2(moved)
         slots = torch.randperm(num_pages * 16, device="cuda")[:copies * tokens].reshape(copies, tokens)
         items = [(torch.randn(tokens, KV_HEADS, DIM, device="cuda", dtype=torch.bfloat16),
                   torch.randn(tokens, KV_HEADS, DIM, device="cuda", dtype=torch.bfloat16), slots[i])

@@ -29,8 +29,8 @@ import torch
 import fp8ext
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import (capture_graph, check_output, gemm_scales, print_table, ratio_fields, relative_error,  # noqa: E402
-                      rotating, sm_clock_mhz, time_interleaved_ms, write_results)
+from benchlib import (capture_graph, check_output, copies_past_l2, gemm_scales, print_table,  # noqa: E402
+                      ratio_fields, relative_error, rotating, sm_clock_mhz, time_interleaved_ms, write_results)
 
 F8 = torch.float8_e4m3fn
 NK = {  # layer: (N, K)
@@ -41,7 +41,6 @@ NK = {  # layer: (N, K)
 M_ALL = [1, 16, 64, 128, 256, 1024, 4096, 16384]
 UNALIGNED = [((1000, 4095, 4100), (1024, 4096, 4096)), ((7, 1000, 1710), (8, 1024, 1712)),
              ((33, 1280, 1710), (32, 1280, 1712))]
-L2_BYTES = 60 * 2**20
 
 
 def graph_timed(m, n, k):
@@ -72,7 +71,7 @@ def timed(fns_for_weight, ws, graph):
 
 def bench_row(m, n, k, row_wise, config="auto", anchor=True, fast=False):
     graph = graph_timed(m, n, k)
-    copies = max(1, math.ceil(2 * L2_BYTES / (n * k))) if graph else 1
+    copies = copies_past_l2(n * k) if graph else 1
     ws = weights(n, k, copies)
     a = (torch.randn(m, k, device="cuda") * 2).to(F8)
     sa, sb = gemm_scales(m, n, row_wise)

@@ -22,8 +22,8 @@ import torch
 import fp8ext
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gemm import L2_BYTES, NK, UNALIGNED, graph_timed, timed  # noqa: E402
-from benchlib import check_output, print_table, ratio_fields, round_ratio, write_results  # noqa: E402
+from bench_gemm import NK, UNALIGNED, graph_timed, timed  # noqa: E402
+from benchlib import check_output, copies_past_l2, print_table, ratio_fields, round_ratio, write_results  # noqa: E402
 
 F8 = torch.float8_e4m3fn
 BLOCK = 128
@@ -66,7 +66,7 @@ def cublas_blockwise(a, w, sa, sb):
 
 def bench_row(m, n, k, anchor=True):
     graph = graph_timed(m, n, k)
-    copies = max(1, math.ceil(2 * L2_BYTES / (n * k))) if graph else 1
+    copies = copies_past_l2(n * k) if graph else 1
     ws = [(torch.randn(n, k, device="cuda") * 2).to(F8) for _ in range(copies)]
     a = (torch.randn(m, k, device="cuda") * 2).to(F8)
     sa = group_scales(m, k)

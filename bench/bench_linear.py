@@ -29,13 +29,12 @@ from torch import nn
 import fp8ext
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import (capture_graph, check_output, graph_time_ms, graph_time_rotating_ms, print_table,  # noqa: E402
-                      rotating, round_ratio, time_interleaved_ms, write_results)
+from benchlib import (capture_graph, check_output, copies_past_l2, graph_time_ms, graph_time_rotating_ms,  # noqa: E402
+                      print_table, rotating, round_ratio, time_interleaved_ms, write_results)
 
 LAYER = [("qkv", 4096, 6144), ("o", 4096, 4096), ("gate_up", 4096, 28672), ("down", 14336, 4096)]
 M_ALL = [16, 128, 1024, 4096]
 COPIES = 3  # weights of 3 layers (3 x 218 MB in FP8, 3 x 436 MB in bf16) rotate past the 60 MB L2
-L2_BYTES = 60 * 2**20
 # Against bf16 F.linear, each output row of an FP8 layer (random nn.Linear
 # weights and inputs) is off by 0.037-0.039 (CPU emulation, per-tensor and
 # row-wise, M = 16 and 128); a zeroed 128-column tile adds sqrt(128 / N) to its
@@ -98,7 +97,7 @@ def breakdown(ms: list):
     for label, recipe in (("per-tensor", fp8ext.CurrentScaling()), ("row-wise", fp8ext.RowWise())):
         # Per layer, enough copies of its FP8 weight to exceed L2 twice (o: 8 x 16.8 MB).
         lins = [[fp8ext.nn.FP8Linear.from_linear(nn.Linear(k, n, bias=False).to("cuda", torch.bfloat16), recipe)
-                 for _ in range(max(COPIES, -(-2 * L2_BYTES // (n * k))))] for _, k, n in LAYER]
+                 for _ in range(max(COPIES, copies_past_l2(n * k)))] for _, k, n in LAYER]
         for m in ms:
             for (name, k, n), copies in zip(LAYER, lins):
                 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

@@ -120,6 +120,21 @@ def graph_time_ms(fn, calls: int = 20, repeats: int = 30) -> float:
     return time_ms(capture_graph(fn, calls), repeats=repeats) / calls
 
 
+# The H200's L2 (the H100's is 50 MB): weights rotated past twice this are read from DRAM.
+L2_BYTES = 60 * 2**20
+
+
+def copies_past_l2(nbytes: int) -> int:
+    """How many copies of an operand of `nbytes` together exceed twice the L2."""
+    return max(1, math.ceil(2 * L2_BYTES / nbytes))
+
+
+def whole_rounds(copies: int) -> int:
+    """Calls a graph needs to go round `copies` items a whole number of times, at
+    least 20 (rotating says why whole rounds)."""
+    return copies * math.ceil(20 / copies)
+
+
 def rotating(fn, items):
     """fn(item) for the next of `items` at each call, and the number of calls a
     graph needs: at least 20, and whole rounds of `items`. A graph that stopped
@@ -127,7 +142,7 @@ def rotating(fn, items):
     in 20 calls: four of every 20 calls re-read a weight 3 copies after its last
     read, 50 MB for a 4096 x 4096 FP8 weight, which a 60 MB L2 still holds)."""
     cycle = itertools.cycle(items)
-    return (lambda: fn(next(cycle))), len(items) * math.ceil(20 / len(items))
+    return (lambda: fn(next(cycle))), whole_rounds(len(items))
 
 
 def graph_time_rotating_ms(fn, items) -> float:

@@ -24,11 +24,10 @@ import torch
 import fp8ext
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from benchlib import (capture_graph, check_output, relative_error, rotating, round_ratio,  # noqa: E402
+from benchlib import (capture_graph, check_output, copies_past_l2, relative_error, rotating, round_ratio,  # noqa: E402
                       time_interleaved_ms, write_results)  # noqa: E402
 
 F8 = torch.float8_e4m3fn
-L2_BYTES = 60 * 2**20
 NK_8B = {"8b_qkv": (6144, 4096), "8b_o": (4096, 4096), "8b_gate_up": (28672, 4096), "8b_down": (4096, 14336)}
 DECODE = [(m, layer) for m in (32, 64, 128) for layer in NK_8B]
 LARGE = [(m, layer) for m in (1024, 4096) for layer in NK_8B] + [(8192, "cube")]
@@ -48,7 +47,7 @@ def variants(m: int) -> list[tuple[str, dict]]:
 
 def one_row(m: int, layer: str, per_row: bool) -> dict:
     n, k = NK[layer]
-    copies = max(1, math.ceil(2 * L2_BYTES / (n * k))) if m <= 128 else 1
+    copies = copies_past_l2(n * k) if m <= 128 else 1
     ws = [(torch.randn(n, k, device="cuda") * 2).to(F8) for _ in range(copies)]
     a = (torch.randn(m, k, device="cuda") * 2).to(F8)
     if per_row:

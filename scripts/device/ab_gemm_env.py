@@ -12,7 +12,6 @@ names is unset before each setting. (Session 16 timed 472599c's weight
 prefetch before the PDL wait with it, since reverted: bench/NOTES.md.)
 """
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -20,9 +19,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from bench_gemm import L2_BYTES, NK, weights  # noqa: E402
+from bench_gemm import NK, weights  # noqa: E402
 from bench_gemm_blockwise import BLOCK, cublas_blockwise, group_scales  # noqa: E402
-from benchlib import (apply_env, check_output, env_setting, gemm_scales, graph_time_rotating_ms,  # noqa: E402
+from benchlib import (apply_env, check_output, copies_past_l2, env_setting, gemm_scales, graph_time_rotating_ms,  # noqa: E402
                       same_output, write_record)
 
 import fp8ext  # noqa: E402
@@ -40,7 +39,7 @@ def cases(ms, layers, kinds=KINDS, fast=False):
     out = []
     for layer in layers:
         n, k = NK[layer]
-        ws = weights(n, k, max(1, math.ceil(2 * L2_BYTES / (n * k))))
+        ws = weights(n, k, copies_past_l2(n * k))
         for m in ms:
             a = (torch.randn(m, k, device="cuda") * 2).to(F8)
             for kind in ("per-tensor", "row-wise"):

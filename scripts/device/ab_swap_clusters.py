@@ -14,7 +14,6 @@ mainloop, in large_n192, reads it).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 
@@ -23,11 +22,10 @@ import torch
 import fp8ext
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from benchlib import (capture_graph, relative_error, rotating, round_ratio, time_interleaved_ms,  # noqa: E402
+from benchlib import (capture_graph, copies_past_l2, relative_error, rotating, round_ratio, time_interleaved_ms,  # noqa: E402
                       write_results)  # noqa: E402
 
 F8 = torch.float8_e4m3fn
-L2_BYTES = 60 * 2**20
 NK = {"8b_qkv": (6144, 4096), "8b_o": (4096, 4096), "8b_gate_up": (28672, 4096), "8b_down": (4096, 14336),
       "70b_o": (8192, 8192)}
 CONFIGS = {16: ["auto"], 64: ["auto"], 128: ["auto", "swap_medium", "medium"]}
@@ -41,7 +39,7 @@ def main():
     promotion = os.environ.get("FP8EXT_GEMM_PROMOTION", "built-in")
     rows = []
     for layer, (n, k) in NK.items():
-        copies = max(1, math.ceil(2 * L2_BYTES / (n * k)))
+        copies = copies_past_l2(n * k)
         ws = [(torch.randn(n, k, device="cuda") * 2).to(F8) for _ in range(copies)]
         for m in args.ms:
             a = (torch.randn(m, k, device="cuda") * 2).to(F8)

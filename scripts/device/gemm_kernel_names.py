@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -24,10 +23,9 @@ from torch.profiler import ProfilerActivity, profile
 import fp8ext
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from benchlib import write_results  # noqa: E402
+from benchlib import copies_past_l2, write_results  # noqa: E402
 
 F8 = torch.float8_e4m3fn
-L2_BYTES = 60 * 2**20
 NK = {"8b_qkv": (6144, 4096), "8b_o": (4096, 4096), "8b_gate_up": (28672, 4096), "8b_down": (4096, 14336),
       "70b_o": (8192, 8192), "70b_gate_up": (57344, 8192), "70b_down": (8192, 28672), "cube": (8192, 8192)}
 CALLS = 12
@@ -82,7 +80,7 @@ def main():
     rows = []
     for layer in args.layers:
         n, k = NK[layer]
-        copies = max(1, math.ceil(2 * L2_BYTES / (n * k)))
+        copies = copies_past_l2(n * k)
         ws = [(torch.randn(n, k, device="cuda") * 2).to(F8) for _ in range(copies)]
         for m in args.ms:
             a = (torch.randn(m, k, device="cuda") * 2).to(F8)

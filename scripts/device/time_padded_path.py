@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 
@@ -21,10 +20,10 @@ import torch
 import fp8ext
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-from benchlib import capture_graph, check_output, gemm_scales, rotating, run_info, time_interleaved_ms  # noqa: E402
+from benchlib import (capture_graph, check_output, copies_past_l2, gemm_scales, rotating, run_info,  # noqa: E402
+                      time_interleaved_ms)
 
 F8 = torch.float8_e4m3fn
-L2_BYTES = 60 * 2**20
 # (unaligned M, N, K), nearest aligned shape: bench_gemm's three, a decode row and a larger one.
 ROWS = [((1000, 4095, 4100), (1024, 4096, 4096)), ((7, 1000, 1710), (8, 1024, 1712)),
         ((33, 1280, 1710), (32, 1280, 1712)), ((16, 4095, 4100), (16, 4096, 4096)),
@@ -53,7 +52,7 @@ def replaced_path(a, w, sa, sb):
 
 def timed_row(shape, aligned, rounds):
     (m, n, k), (am, an, ak) = shape, aligned
-    copies = max(1, math.ceil(2 * L2_BYTES / (n * k)))
+    copies = copies_past_l2(n * k)
     ws = [(torch.randn(n, k, device="cuda") * 2).to(F8) for _ in range(copies)]
     ws_aligned = [(torch.randn(an, ak, device="cuda") * 2).to(F8) for _ in range(copies)]
     a = (torch.randn(m, k, device="cuda") * 2).to(F8)

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-L2_BYTES = 60 * 2**20
 LARGE = [(4096, 6144, 4096), (4096, 28672, 4096), (4096, 4096, 14336), (8192, 8192, 8192)]
 DECODE = [(16, 6144, 4096), (16, 4096, 4096), (16, 4096, 14336), (16, 8192, 8192), (64, 6144, 4096),
           (128, 6144, 4096), (128, 4096, 14336)]
@@ -35,13 +33,13 @@ def child(config: str, shapes: list, anchor: bool) -> list:
 
     import fp8ext
     sys.path.insert(0, os.path.join(ROOT, "bench"))
-    from benchlib import graph_time_ms, relative_error, time_ms
+    from benchlib import copies_past_l2, graph_time_ms, relative_error, time_ms, whole_rounds
 
     f8 = torch.float8_e4m3fn
     rows = []
     for m, n, k in shapes:
         torch.manual_seed(0)
-        copies = max(1, math.ceil(2 * L2_BYTES / (n * k))) if m <= 128 else 1
+        copies = copies_past_l2(n * k) if m <= 128 else 1
         ws = [(torch.randn(n, k, device="cuda") * 2).to(f8) for _ in range(copies)]
         a = (torch.randn(m, k, device="cuda") * 2).to(f8)
         sa, sb = torch.rand(m, device="cuda") * 0.1 + 0.01, torch.rand(n, device="cuda") * 0.1 + 0.01
@@ -64,8 +62,7 @@ def child(config: str, shapes: list, anchor: bool) -> list:
         row = {"shape": f"{m}x{n}x{k}", "config": config, "err": err(ours())}
         if not row["err"] < 1e-2:  # each timed configuration checked once
             raise AssertionError(f"{m}x{n}x{k} {config}: error {row['err']:.2e} against float64")
-        # Whole rounds of the copies (benchlib.rotating says why).
-        timer = (lambda f: graph_time_ms(f, calls=copies * math.ceil(20 / copies))) if m <= 128 else time_ms
+        timer = (lambda f: graph_time_ms(f, calls=whole_rounds(copies))) if m <= 128 else time_ms
         row["ms"] = timer(ours)
         if anchor:
             for fast in (False, True):
