@@ -38,6 +38,13 @@ def group_scales(m, k):
     return storage.t()[:m]
 
 
+def dequantized_product(a, w, sa, sb):
+    """(A with its 1x128 group scales) @ (W with its 128x128 block scales)^T in fp32."""
+    k, n = a.shape[1], w.shape[0]
+    return (a.float() * sa.repeat_interleave(BLOCK, 1)[:, :k]) @ \
+        (w.float() * sb.repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)[:n, :k]).t()
+
+
 def cublas_layouts(sa, sb):
     """(name, scale_a, scale_b) for torch._scaled_mm's block-wise mode: the shapes are
     [M, K/128] and [K/128, N/128]; which strides a torch build takes varies, so the
@@ -76,8 +83,7 @@ def bench_row(m, n, k, anchor=True):
     per_tensor = lambda w: fp8ext.scaled_mm(a, w, one, one)  # noqa: E731
     # Every timed call checked once, against the dequantized product in fp32.
     got = ours(ws[0]).float()
-    want = (a.float() * sa.repeat_interleave(BLOCK, 1)[:, :k]) @ \
-        (ws[0].float() * sb.repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)[:n, :k]).t()
+    want = dequantized_product(a, ws[0], sa, sb)
     err = check_output(got, want, f"{m}x{n}x{k} block-wise")
     check_output(per_tensor(ws[0]), (a.float() @ ws[0].float().t()) * one * one, f"{m}x{n}x{k} per-tensor")
     flops = 2.0 * m * n * k

@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from bench_gemm import NK, weights  # noqa: E402
-from bench_gemm_blockwise import BLOCK, cublas_blockwise, group_scales  # noqa: E402
+from bench_gemm_blockwise import BLOCK, cublas_blockwise, dequantized_product, group_scales  # noqa: E402
 from benchlib import (apply_env, check_output, copies_past_l2, env_setting, gemm_scales, graph_time_rotating_ms,  # noqa: E402
                       same_output, write_record)
 
@@ -34,7 +34,8 @@ KINDS = ("per-tensor", "row-wise", "block-wise")
 
 
 def cases(ms, layers, kinds=KINDS, fast=False):
-    """(name, weight bytes, ours(w), anchor(w) or None, the weight copies to rotate);
+    """(name, weight bytes, ours(w), anchor(w) or None, the weight copies to rotate,
+    want(w): what ours is checked against, the anchor or, where cuBLAS refuses, the product in fp32);
     fast: FP8 fast accumulation for ours and cuBLAS (per-tensor and row-wise rows)."""
     out = []
     for layer in layers:
@@ -50,19 +51,14 @@ def cases(ms, layers, kinds=KINDS, fast=False):
                                                                          use_fast_accum=fast)
                 anchor = lambda w, a=a, sa=sa, sb=sb: torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb,  # noqa: E731
                                                                        out_dtype=torch.bfloat16, use_fast_accum=fast)
-                out.append((f"{m}x{n}x{k} {kind}{' fast' if fast else ''}", n * k, ours, anchor, ws))
+                out.append((f"{m}x{n}x{k} {kind}{' fast' if fast else ''}", n * k, ours, anchor, ws, anchor))
             if "block-wise" not in kinds:
                 continue
             ga, gb = group_scales(m, k), torch.rand(-(-n // BLOCK), -(-k // BLOCK), device="cuda") * 0.1 + 0.01
             ours = lambda w, a=a, ga=ga, gb=gb: fp8ext.scaled_mm(a, w, ga, gb)  # noqa: E731
             anchor, _ = cublas_blockwise(a, ws[0], ga, gb)
-            if anchor is None:  # cuBLAS refuses M = 1: the dequantized product in fp32 is the check instead
-                anchor_check = lambda w, a=a, ga=ga, gb=gb, n=n, k=k: (  # noqa: E731
-                    (a.float() * ga.repeat_interleave(BLOCK, 1)[:, :k])
-                    @ (w.float() * gb.repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)[:n, :k]).t())
-                out.append((f"{m}x{n}x{k} block-wise", n * k, ours, None, ws, anchor_check))
-                continue
-            out.append((f"{m}x{n}x{k} block-wise", n * k, ours, anchor, ws))
+            product = lambda w, a=a, ga=ga, gb=gb: dequantized_product(a, w, ga, gb)  # noqa: E731
+            out.append((f"{m}x{n}x{k} block-wise", n * k, ours, anchor, ws, anchor or product))
     return out
 
 
@@ -90,8 +86,7 @@ def main():
     for rnd in range(args.rounds):
         first = rnd % len(args.settings)
         order = args.settings[first:] + args.settings[:first]
-        for name, _, ours, anchor, ws, *check in rows:
-            want = anchor if anchor is not None else check[0]  # a fast wrong kernel must not win
+        for name, _, ours, anchor, ws, want in rows:  # want: a fast wrong kernel must not win
             for st in order:
                 apply_env(env_setting(st), named)
                 if rnd == 0:
