@@ -41,7 +41,7 @@ inline ConstMatrix input_matrix(const at::Tensor& x, const char* name) {
   return ConstMatrix{x.data_ptr(), dt, x.size(0), x.size(1), x.size(0) <= 1 ? x.size(1) : x.stride(0)};
 }
 
-// pad_k_to is an alignment; the bound (python/fp8ext/quantize.py's MAX_PAD_K_TO)
+// pad_k_to is an alignment; the bound (python/fp8ext/ops/quantize_checks.py's MAX_PAD_K_TO)
 // keeps cols rounded up to it far from int64 overflow.
 inline constexpr int64_t kMaxPadKTo = int64_t{1} << 20;
 

@@ -8,6 +8,7 @@ import torch
 
 from fp8ext import _native
 from fp8ext.checks import check_positive_int, refuse_grad
+from fp8ext.ops.quantize_checks import MAX_PAD_K_TO
 from fp8ext.ops.reference import GROUP
 from fp8ext.recipes import Recipe
 from fp8ext.scaling_state import ScalingState
@@ -16,9 +17,8 @@ ROLES = ("activation", "weight")
 GRANULARITIES = ("per_tensor", "per_row", "group", "block")
 
 
-# pad_k_to is an alignment (16 for the GEMMs, 128 for groups): a bound keeps
-# K rounded up to it far from int64 overflow (2**63 - 1 made 0 columns).
-MAX_PAD_K_TO = 1 << 20
+# pad_k_to is an alignment (16 for the GEMMs, 128 for groups): MAX_PAD_K_TO
+# keeps K rounded up to it far from int64 overflow (2**63 - 1 made 0 columns).
 
 
 def _check_pad(pad_k_to) -> int:
