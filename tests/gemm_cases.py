@@ -1,5 +1,14 @@
 """Operands and the float64 reference shared by the scaled_mm tests."""
+import pathlib
+import sys
+
 import torch
+
+# The benchmarks' output check (the worst of the whole output, its rows and its
+# columns): one wrong 16-byte store (8 bf16 values) of a 1000 x 776 output moves
+# the whole output's error by ~3e-3, its row's by 0.1.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench"))
+from benchlib import worst_slice_error  # noqa: E402,F401
 
 F8 = torch.float8_e4m3fn
 
@@ -36,20 +45,6 @@ def reference(a, b, sa, sb, bias):
 
 def rel_error(got, ref):
     return ((got.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
-def worst_slice_error(got, ref):
-    """The largest relative error of any row or column of a 2-D output, each
-    slice's norm floored at a typical slice's (a column of an M = 1 output is one
-    value, which may be ~0). One wrong 16-byte store (8 bf16 values) of a
-    1000 x 776 output moves the whole output's error by ~3e-3, its row's by 0.1."""
-    d, r = got.double() - ref, ref
-    whole = r.norm().clamp_min(1e-30)
-    worst = 0.0
-    for dim in (0, 1):
-        typical = whole * (r.shape[dim] / max(r.numel(), 1)) ** 0.5
-        worst = max(worst, (d.norm(dim=dim) / r.norm(dim=dim).clamp_min(typical)).max().item())
-    return worst
 
 
 # Per row and column (promoted accumulation): twice the whole output's bound. A
