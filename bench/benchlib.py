@@ -276,6 +276,8 @@ def write_record(out_dir: str, name: str, record: dict) -> str:
 
 
 def print_table(rows: list, columns: list) -> None:
+    if not rows:  # e.g. bench_decode --writes-only has no attention rows
+        return
     widths = [max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
     for r in rows:
