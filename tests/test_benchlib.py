@@ -7,7 +7,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench"))
-from benchlib import check_output, rotating, worst_slice_error  # noqa: E402
+from benchlib import check_output, print_table, rotating, worst_slice_error  # noqa: E402
 
 
 @pytest.mark.parametrize("copies", [1, 3, 7, 8, 20, 21, 40])
@@ -67,3 +67,11 @@ def test_check_output_passes_an_m1_output_with_values_near_zero():
     bad[0, 100:228] = 0  # a 128-wide tile's worth of one row
     with pytest.raises(AssertionError):
         check_output(bad, ref, "M = 1, zeroed")
+
+
+def test_print_table_of_no_rows_prints_nothing(capsys):
+    """bench_decode --writes-only has no attention rows: its table is skipped, not a TypeError."""
+    print_table([], ["batch", "context"])
+    print_table([{"tokens": 64, "ms": 0.002}], ["tokens", "ms"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and lines[0].split() == ["tokens", "ms"] and lines[1].split() == ["64", "0.002"]
