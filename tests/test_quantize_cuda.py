@@ -34,6 +34,37 @@ def test_cuda_matches_cpu(op, dtype, fp8, shape, seed):
         assert s.stride() == s_cpu.stride() and torch.equal(s.cpu(), s_cpu)
 
 
+NEGATIVE_NAN_BITS = {torch.float32: (torch.int32, -0x400000), torch.float16: (torch.int16, -0x200),
+                     torch.bfloat16: (torch.int16, -0x40)}  # 0xFFC00000, 0xFE00, 0xFFC0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("fp8", FP8, ids=str)
+def test_cuda_keeps_a_negative_nans_sign_as_the_cpu(dtype, fp8, seed):
+    """A NaN x keeps its sign in the code (0xFF, not 0x7F), as on the CPU, where x86's
+    division passes a NaN operand through; CUDA's returns a positive canonical NaN, which
+    the kernels' exact path used to encode. PyTorch's vectorised bf16 arithmetic makes
+    such NaNs (0xFFFF). One negative and one positive NaN per row, scales on the fast
+    division's path and off it."""
+    x = random_input((5, 300), dtype, seed)
+    int_type, bits = NEGATIVE_NAN_BITS[dtype]
+    x.view(int_type)[:, 7] = bits
+    x[:, 100] = float("nan")
+    assert x[0, 7].isnan() and torch.signbit(x[0, 7]) and not torch.signbit(x[0, 100])
+    for op in OPS:
+        q, _ = getattr(torch.ops.fp8ext, op)(x.cuda(), fp8, 0, False, 16)
+        assert same_bits(q, getattr(torch.ops.fp8ext, op)(x, fp8, 0, False, 16)[0]), op
+    for scale in (0.013, 212.57142639160156, 2.0 ** 70):
+        s = torch.tensor(scale)
+        q = torch.ops.fp8ext.quantize_with_scale(x.cuda(), s.cuda(), fp8, 0)
+        assert same_bits(q, torch.ops.fp8ext.quantize_with_scale(x, s, fp8, 0)), scale
+        hist, s_cpu = torch.zeros(4), s.clone()
+        q, _ = torch.ops.fp8ext.quantize_delayed(x.cuda(), hist.cuda(), s.cuda(), fp8, 0, False, True, 0)
+        assert same_bits(q, torch.ops.fp8ext.quantize_delayed(x, hist, s_cpu, fp8, 0, False, True, 0)[0]), scale
+    codes = q.cpu().view(torch.uint8)
+    assert (codes[:, 7] == 0xFF).all() and (codes[:, 100] == 0x7F).all()
+
+
 # Large enough for the two-pass path; (1, 4.3M) has more 16-element chunks in
 # its row than the grid has threads along x (1024 blocks of 256), so both
 # passes stride along the row.

@@ -25,12 +25,12 @@ struct WriteArgs {
 };
 
 // 16-bit caches (C = __half or __nv_bfloat16): x / scale rounded once (IEEE
-// division, as the reference), two 16-byte stores.
+// division, a NaN kept with its sign, as the reference), two 16-byte stores.
 template <typename C>
 __device__ __forceinline__ void store16(void* dst, const float (&v)[kChunk], float s) {
   union { C h[kChunk]; uint4 w[2]; } u;
 #pragma unroll
-  for (int i = 0; i < kChunk; ++i) u.h[i] = from_float<C>(__fdiv_rn(v[i], s));
+  for (int i = 0; i < kChunk; ++i) u.h[i] = from_float<C>(ieee_quotient(v[i], s));
   reinterpret_cast<uint4*>(dst)[0] = u.w[0];
   reinterpret_cast<uint4*>(dst)[1] = u.w[1];
 }

@@ -309,7 +309,7 @@ template <Fp8Format F>
 __device__ __noinline__ void quantize_part_exact(const float* v, float s, uint32_t* words) {
   float d[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) d[i] = __fdiv_rn(v[i], s);
+  for (int i = 0; i < 8; ++i) d[i] = ieee_quotient(v[i], s);
   words[0] = encode4_saturate<F, true>(d);
   words[1] = encode4_saturate<F, true>(d + 4);
 }
@@ -358,7 +358,7 @@ __device__ __forceinline__ Codes quantize_chunk(const float (&v)[kChunk], Scale 
       quantize_part_exact<F>(part, scale.s, &q.words[p / 4]);
     } else if (exact) {
 #pragma unroll
-      for (int i = 0; i < kPart; ++i) d[i] = __fdiv_rn(v[p + i], scale.s);
+      for (int i = 0; i < kPart; ++i) d[i] = ieee_quotient(v[p + i], scale.s);
 #pragma unroll
       for (int i = 0; i < kPart; i += 4) q.words[(p + i) / 4] = encode4_saturate<F, true>(d + i);
     } else {

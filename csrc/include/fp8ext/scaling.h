@@ -68,12 +68,21 @@ FP8EXT_HD float fast_quotient(float x, float s, float r) {
   return fmaf(fmaf(-q0, s, x), r, q0);
 }
 
-FP8EXT_HD uint8_t quantize_value(float x, float scale, Fp8Format f) {
+// x / s rounded once, with a NaN x passed through as it is, sign included:
+// what the CPU reference gets from x86, where CUDA's division would return its
+// one canonical positive NaN. The sign shows in the FP8 code (0xFF against
+// 0x7F), and PyTorch's vectorised bf16 arithmetic does make negative NaNs
+// (0xFFFF), so the kernels' IEEE divisions all go through this.
+FP8EXT_HD float ieee_quotient(float x, float s) {
 #if defined(__CUDA_ARCH__)
-  return encode_fp8_saturate(__fdiv_rn(x, scale), f);
+  return x != x ? x : __fdiv_rn(x, s);
 #else
-  return encode_fp8_saturate(x / scale, f);
+  return x / s;
 #endif
+}
+
+FP8EXT_HD uint8_t quantize_value(float x, float scale, Fp8Format f) {
+  return encode_fp8_saturate(ieee_quotient(x, scale), f);
 }
 
 }  // namespace fp8ext
