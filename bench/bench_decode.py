@@ -111,7 +111,8 @@ def write_rows():
                 pool.view(-1, KV_HEADS, DIM).index_copy_(0, item[2], (x / scale).to(fp8))
 
         for fn in (write, unfused):
-            pools[0].zero_(), pools[1].zero_()
+            for pool in pools:
+                pool.zero_()
             for item in items:
                 fn(item)
                 for x, pool in zip(item[:2], pools):
