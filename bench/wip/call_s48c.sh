@@ -1,8 +1,10 @@
-# Session 48, third call (lean: ~317 s of device time left): the NaN-sign fix
-# (fp8ext::ieee_quotient) and the KV write's load order, built; the quantize,
-# fused and KV tests (the slow kept-pass and ring-fallback tests left out, they
-# passed at f5488e9 and the change touches only the exact-division path); then
-# the KV write bench from DRAM with its PyTorch anchor.
+# Session 48's last call, never run (the device time ran out: starts failed):
+# main built with the NaN-sign fix (fp8ext::ieee_quotient); the quantize, fused
+# and KV tests (the slow kept-pass and ring-fallback tests left out: they passed
+# at f5488e9 and the fix touches only the exact-division path), including the
+# four delayed tests that failed at f5488e9; then the KV write bench from DRAM
+# with its PyTorch anchor (main's kernel: the baseline for
+# kv-write-loads-first.patch).
 #   run(command="FP8EXT_COMMIT=<sha> CALL_BUDGET=240 bash bench/wip/call_s48c.sh", carry=[".whl", ".data"], timeout_s=260)
 R=$PWD
 B=${CALL_BUDGET:-240}

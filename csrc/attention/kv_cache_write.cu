@@ -25,12 +25,12 @@ struct WriteArgs {
 };
 
 // 16-bit caches (C = __half or __nv_bfloat16): x / scale rounded once (IEEE
-// division, a NaN kept with its sign, as the reference), two 16-byte stores.
+// division, as the reference), two 16-byte stores.
 template <typename C>
 __device__ __forceinline__ void store16(void* dst, const float (&v)[kChunk], float s) {
   union { C h[kChunk]; uint4 w[2]; } u;
 #pragma unroll
-  for (int i = 0; i < kChunk; ++i) u.h[i] = from_float<C>(ieee_quotient(v[i], s));
+  for (int i = 0; i < kChunk; ++i) u.h[i] = from_float<C>(__fdiv_rn(v[i], s));
   reinterpret_cast<uint4*>(dst)[0] = u.w[0];
   reinterpret_cast<uint4*>(dst)[1] = u.w[1];
 }
@@ -63,16 +63,14 @@ __global__ void __launch_bounds__(kThreads) kv_cache_write_kernel(Input<T> k, In
     const int64_t row = j / a.chunks_per_head;  // token * heads + head
     const int64_t c0 = (j % a.chunks_per_head) * kChunk;
     const int64_t token = row / a.heads, head = row % a.heads;
-    // The chunk is loaded before its slot is read, so the two loads overlap
-    // instead of one waiting on the other's padding test.
+    const int64_t slot = a.slots[token];
+    if (slot < 0 || slot >= a.slots_total) continue;  // padding (the op checks the range where it can)
     float x[kChunk];
     if (which) {
       v.load(row, c0, x);
     } else {
       k.load(row, c0, x);
     }
-    const int64_t slot = a.slots[token];
-    if (slot < 0 || slot >= a.slots_total) continue;  // padding (the op checks the range where it can)
     write_chunk<C, F>(a, which, slot, head, c0, x);
   }
 }
@@ -110,17 +108,17 @@ __global__ void __launch_bounds__(kThreads) kv_cache_write_rotary_kernel(Input<T
     const int64_t head = i / a.chunks_per_head % heads_total;
     const int64_t c0 = i % a.chunks_per_head * kChunk;
     const bool is_q = head < r.q_heads, is_v = head >= r.q_heads + a.heads;
-    // Loads first, the slot after (as in kv_cache_write_kernel): they overlap.
-    float x[kChunk], partner[kChunk], cos[kChunk], sin[kChunk];
+    const int64_t slot = is_q ? 0 : a.slots[token];
+    if (!is_q && (slot < 0 || slot >= a.slots_total)) continue;  // padding (the op checks the range where it can)
+    float x[kChunk];
     qkv.load(token, head * dim + c0, x);
     if (!is_v) {
+      float partner[kChunk], cos[kChunk], sin[kChunk];
       qkv.load(token, head * dim + (c0 + dim / 2) % dim, partner);
       r.cos.load(token, c0, cos);
       r.sin.load(token, c0, sin);
+      rotate_chunk<T>(x, partner, cos, sin);
     }
-    const int64_t slot = is_q ? 0 : a.slots[token];
-    if (!is_q && (slot < 0 || slot >= a.slots_total)) continue;  // padding (the op checks the range where it can)
-    if (!is_v) rotate_chunk<T>(x, partner, cos, sin);
     if (is_q) {
       union { T h[kChunk]; uint4 w[kChunk * sizeof(T) / 16]; } u;
 #pragma unroll
