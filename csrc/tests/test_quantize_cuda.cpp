@@ -33,6 +33,7 @@ std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
     v[1] = NAN;
     v[3] = INFINITY;
     v[5] = -INFINITY;
+    v[7] = std::copysign(NAN, -1.0f);  // keeps its sign: code 0xFF, as on the CPU (fp8ext::ieee_quotient)
   }
   return v;
 }
