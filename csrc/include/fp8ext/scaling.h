@@ -72,7 +72,9 @@ FP8EXT_HD float fast_quotient(float x, float s, float r) {
 // what the CPU reference gets from x86, where CUDA's division would return its
 // one canonical positive NaN. The sign shows in the FP8 code (0xFF against
 // 0x7F), and PyTorch's vectorised bf16 arithmetic does make negative NaNs
-// (0xFFFF), so the kernels' IEEE divisions all go through this.
+// (0xFFFF), so the FP8 encodes' IEEE divisions go through this. A NaN the
+// division makes (0/0, Inf/Inf) stays CUDA's positive one, where x86 gives a
+// negative default NaN: only a caller's scale of 0 or Inf gets there.
 FP8EXT_HD float ieee_quotient(float x, float s) {
 #if defined(__CUDA_ARCH__)
   return x != x ? x : __fdiv_rn(x, s);
