@@ -17,11 +17,9 @@ ROLES = ("activation", "weight")
 GRANULARITIES = ("per_tensor", "per_row", "group", "block")
 
 
-# pad_k_to is an alignment (16 for the GEMMs, 128 for groups): MAX_PAD_K_TO
-# keeps K rounded up to it far from int64 overflow (2**63 - 1 made 0 columns).
-
-
 def _check_pad(pad_k_to) -> int:
+    # pad_k_to is an alignment (16 for the GEMMs, 128 for groups): MAX_PAD_K_TO
+    # keeps K rounded up to it far from int64 overflow (2**63 - 1 made 0 columns).
     if pad_k_to is None:
         return 0
     check_positive_int("pad_k_to", pad_k_to, " or None")

@@ -11,7 +11,6 @@ the profiler's per-kernel durations (no launch gaps), a median over the calls.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
