@@ -562,3 +562,12 @@ def test_a_column_major_x_is_refused_on_the_cpu_as_on_cuda(op):
         calls[op]()
     # The public functions make x contiguous first: they still take it.
     assert rms_norm_quantize(x, w, 1e-6, RowWise())[0].shape == (8, 64)
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_silu_mul_checks_the_width_before_the_format(device):
+    """An odd width and a wrong dtype together: the fake (meta) raises what the
+    CPU composition and the CUDA op raise, the width's error."""
+    x = torch.randn(4, 7, dtype=torch.bfloat16, device=device)
+    with pytest.raises(ValueError, match=r"x must be \[M, 2 \* I\] \(gate, then up\), got 7 columns"):
+        torch.ops.fp8ext.silu_mul_quantize_per_row(x, torch.float16, 0, False, 0)

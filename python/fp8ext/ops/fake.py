@@ -128,9 +128,10 @@ def _add_rms_norm_quantize_per_row(x, residual, weight, eps, dtype, margin, powe
 def _silu_mul_quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
     if _concrete(x):
         qc.check_input_matrix(x)
+    fused.check_gate_up(x)  # symbolic widths too: the output's width depends on it
+    if _concrete(x):  # after the width, as the CUDA op and the CPU composition check them
         qc.check_scale_rule(dtype, margin)
         qc.check_pad_k_to(pad_k_to)
-    fused.check_gate_up(x)  # symbolic widths too: the output's width depends on it
     return x.new_empty((x.shape[0], _k_padded(x.shape[1] // 2, pad_k_to)), dtype=dtype), _f32(x, (x.shape[0],))
 
 
