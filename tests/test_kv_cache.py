@@ -326,6 +326,18 @@ def test_uncalibrated_fp8_cache_warns_and_calibrated_scales_are_used():
         PagedKVCache(1, 2, 64, 4, 16, E4M3, scales=[{"k_scale": 0.0, "v_scale": 1.0}])
 
 
+def test_scales_by_layer_index_follow_their_keys_not_their_order():
+    one, two = {"k_scale": 1.0, "v_scale": 1.0}, {"k_scale": 2.0, "v_scale": 0.5}
+    cache = PagedKVCache(2, 2, 64, 4, 16, E4M3, scales={1: two, 0: one})
+    assert cache.k_scale[0].tolist() == [1.0, 1.0] and cache.k_scale[1].tolist() == [2.0, 2.0]
+    assert cache.v_scale[1].tolist() == [0.5, 0.5]
+    with pytest.raises(ValueError, match=r"scales by layer index must have the keys 0 \.\. 1, got \[0, 2\]"):
+        PagedKVCache(2, 2, 64, 4, 16, E4M3, scales={0: one, 2: two})
+    for bad in (2.0, torch.tensor(2.0), "k_scale"):
+        with pytest.raises(TypeError, match="scales must be None, a list or a mapping"):
+            PagedKVCache(1, 2, 64, 4, 16, E4M3, scales=bad)
+
+
 def test_plan_refills_in_place_for_graph_replay():
     cache = make_cache(pages=16, page_size=4)
     fill(cache, [5, 9])

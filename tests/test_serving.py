@@ -522,6 +522,30 @@ def test_generate_checks_every_prompt_before_queueing_any():
     assert not engine.waiting
 
 
+def test_generate_keeps_the_tokens_of_requests_submitted_before_it(seed):
+    """generate() returns its own prompts' tokens; a request submitted earlier
+    that finishes on the way is handed out by the next run(), not dropped."""
+    model = tiny_model(seed=seed)
+    engine = Engine(model, make_cache(model), max_batch=4)
+    early, later = prompts(2, seed)
+    rid = engine.submit(early, 3)
+    assert engine.generate([later], 5) == [recompute_generate(model, later, 5)]
+    assert engine.run() == {rid: recompute_generate(model, early, 3)}
+    assert engine.run() == {}
+
+
+def test_prefill_refuses_an_empty_prompt_or_missing_slots():
+    model = tiny_model()
+    cache = make_cache(model)
+    slots = [cache.append(0, 2)]
+    with pytest.raises(ValueError, match=r"non-empty token tensors, got lengths \[2, 0\]"):
+        model.prefill([torch.tensor([1, 2]), torch.tensor([], dtype=torch.long)], slots * 2, cache)
+    with pytest.raises(ValueError, match=r"non-empty list"):
+        model.prefill([], [], cache)
+    with pytest.raises(ValueError, match=r"slots must hold one tensor per prompt \(2\), got 1"):
+        model.prefill([torch.tensor([1, 2]), torch.tensor([3, 4])], slots, cache)
+
+
 def test_serving_entry_points_refuse_what_they_cannot_run():
     transformers = pytest.importorskip("transformers")
     small = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,

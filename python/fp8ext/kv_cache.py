@@ -33,8 +33,9 @@ from fp8ext.checks import check_positive_int
 from fp8ext.ops.kv_cache_reference import CACHE_DTYPES, CPU_CACHE_DTYPES, CUDA_HEAD_DIMS, check_scale_values
 
 FP8_CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-# No split shorter than this many tokens (one round of the kernel's four warps
-# is 128 tokens).
+# At most ceil(max_len / this) splits: the kernel divides the tokens evenly,
+# so a split may hold fewer (down to about half of it; one round of the
+# kernel's four warps is 128 tokens).
 MIN_TOKENS_PER_SPLIT = 256
 # A block's fixed cost (its start, the Q load, its partial output and share of
 # the merge) in tokens of work: fitted to the H200 runs of 2026-11-29 (256 x
@@ -93,8 +94,8 @@ def plan_splits(batch: int, num_kv_heads: int, max_len: int, num_sms: int = 132,
     """KV splits per sequence for the decode kernel. The (batch x heads x
     splits) blocks run in waves of blocks_per_sm x num_sms, each block costing
     its share of the tokens plus a fixed SPLIT_OVERHEAD_TOKENS; this takes the
-    split count with the least waves x cost, none shorter than
-    MIN_TOKENS_PER_SPLIT tokens. blocks_per_sm defaults to BLOCKS_PER_SM, or 2
+    split count with the least waves x cost, at most
+    ceil(max_len / MIN_TOKENS_PER_SPLIT) of them. blocks_per_sm defaults to BLOCKS_PER_SM, or 2
     for the pipelined FP8 kernel (pipelined=True) with at most
     FP8_FEW_ITEMS_PER_SM (sequence, KV head) pairs per SM."""
     check_positive_int("num_sms", num_sms)
@@ -144,9 +145,10 @@ class PagedKVCache:
     (usage: this module's docstring).
 
     ``scales``: per layer ``{"k_scale": s, "v_scale": s}`` with s a float or a
-    tensor of one value or ``num_kv_heads`` (what
-    ``fp8ext.calibrate(...).kv_scales(fmt)`` returns, as a list or a mapping by
-    layer index); None gives 1.0 (an FP8 cache then warns).
+    tensor of one value or ``num_kv_heads``: a list in layer order, a mapping
+    by layer index (keys 0 .. num_layers - 1), or a mapping by attention name
+    in model order (what ``fp8ext.calibrate(...).kv_scales(fmt)`` returns);
+    None gives 1.0 (an FP8 cache then warns).
     ``max_pages_per_seq`` bounds one sequence's pages (default: the pool's);
     it is the width of a plan's block table. A CUDA cache takes head_dim 64,
     128 or 256 (the decode kernels')."""
@@ -183,8 +185,8 @@ class PagedKVCache:
     def _scales(self, scales):
         """Per layer float32 [H_kv] tensors from `scales`: None (1.0), or per
         layer a {"k_scale", "v_scale"} mapping (calibrate(...).kv_scales(fmt)
-        gives one per attention layer, in model order), as a sequence or a
-        mapping whose values are taken in order."""
+        gives one per attention layer, in model order), as a sequence, a
+        mapping by layer index, or a mapping by name whose values are taken in order."""
         ones = [torch.ones(self.num_kv_heads, device=self.device) for _ in range(self.num_layers)]
         if scales is None:
             if self.dtype in FP8_CACHE_DTYPES:
@@ -192,7 +194,7 @@ class PagedKVCache:
                               "range saturate); pass scales=calibrate(model, batches).kv_scales(fmt)",
                               RuntimeWarning, stacklevel=3)
             return ones, [t.clone() for t in ones]
-        per_layer = list(scales.values()) if isinstance(scales, Mapping) else list(scales)
+        per_layer = self._per_layer_entries(scales)
         if len(per_layer) != self.num_layers:
             raise ValueError(f"scales must give one entry per layer ({self.num_layers}), got {len(per_layer)}")
         k, v = [], []
@@ -202,6 +204,20 @@ class PagedKVCache:
             k.append(self._scale_tensor(entry["k_scale"], f"scales[{i}]['k_scale']"))
             v.append(self._scale_tensor(entry["v_scale"], f"scales[{i}]['v_scale']"))
         return k, v
+
+    def _per_layer_entries(self, scales) -> list:
+        if isinstance(scales, Mapping):
+            keys = list(scales)
+            if not all(isinstance(key, int) and not isinstance(key, bool) for key in keys):
+                return list(scales.values())  # by name, in model order
+            if sorted(keys) != list(range(self.num_layers)):
+                raise ValueError(f"scales by layer index must have the keys 0 .. {self.num_layers - 1}, "
+                                 f"got {sorted(keys)}")
+            return [scales[i] for i in range(self.num_layers)]
+        if isinstance(scales, (str, bytes, torch.Tensor)) or not isinstance(scales, Sequence):
+            raise TypeError("scales must be None, a list or a mapping of per-layer {'k_scale', 'v_scale'} "
+                            f"mappings, got {type(scales).__name__}")
+        return list(scales)
 
     def _scale_tensor(self, value, name: str) -> torch.Tensor:
         try:

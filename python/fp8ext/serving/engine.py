@@ -4,8 +4,9 @@ Each step either admits waiting requests (as many as the batch limit and the
 free pages allow) and prefills them together, which gives each its first
 token, or runs one decode step over every running sequence. Finished
 sequences leave at once and their pages go back to the pool; a running
-sequence that finds no page for its next token preempts the newest other
-sequence, which goes back to the head of the queue to be recomputed. On CUDA
+sequence that finds no page for its next token preempts the newest running
+sequence (itself when it is the newest), which goes back to the head of the
+queue to be recomputed. On CUDA
 the decode step runs as a CUDA graph captured once per batch-size bucket
 (rows past the live batch have length 0, slot -1 and a zero hidden state, so
 they read and write nothing and do not move per-tensor activation scales); its block table and KV splits are sized for the cache's
@@ -95,6 +96,7 @@ class Engine:
         self.running: list = []
         self._ids = itertools.count()
         self._graphs: dict = {}
+        self._unclaimed: dict = {}  # id -> tokens: finished during generate(), not yet given by run()
 
     def submit(self, prompt, max_new_tokens: int, eos_token_id: int | None = None) -> int:
         req = self._request(prompt, max_new_tokens, eos_token_id)
@@ -141,19 +143,31 @@ class Engine:
         return []
 
     def run(self) -> dict:
-        """Steps until every submitted request finished; {request id: generated tokens}."""
-        out = {}
+        """Steps until every submitted request finished; {request id: generated
+        tokens} of the requests finished since the last run() (those that
+        finished during a generate() call included)."""
+        out, self._unclaimed = self._unclaimed, {}
         while self.waiting or self.running:
             for r in self.step():
                 out[r.id] = r.output
         return out
 
     def generate(self, prompts, max_new_tokens: int, eos_token_id: int | None = None) -> list:
+        """Steps until these prompts' requests finished; their generated tokens,
+        in order. Requests submitted earlier run along; those that finish on
+        the way are kept for the next run()."""
         reqs = [self._request(p, max_new_tokens, eos_token_id) for p in prompts]  # all checked before any is queued
         self.waiting.extend(reqs)
-        ids = [r.id for r in reqs]
-        done = self.run()
-        return [done[i] for i in ids]
+        mine = {r.id: None for r in reqs}
+        pending = len(mine)
+        while pending:
+            for r in self.step():
+                if r.id in mine:
+                    mine[r.id] = r.output
+                    pending -= 1
+                else:
+                    self._unclaimed[r.id] = r.output
+        return list(mine.values())
 
     # ---- internals ------------------------------------------------------------
     def _admit(self) -> list:

@@ -231,6 +231,10 @@ class LlamaModel(nn.Module):
         """prompts: token-id tensors (one per sequence, already given their cache
         slots by ``cache.append``); returns the logits of each prompt's last token [B, vocab]."""
         lengths = [int(p.numel()) for p in prompts]
+        if not lengths or min(lengths) < 1:
+            raise ValueError(f"prompts must be a non-empty list of non-empty token tensors, got lengths {lengths}")
+        if len(slots) != len(prompts):
+            raise ValueError(f"slots must hold one tensor per prompt ({len(prompts)}), got {len(slots)}")
         tokens = torch.cat([p.reshape(-1) for p in prompts]).to(self.device)
         positions = torch.cat([torch.arange(n) for n in lengths]).to(self.device)
         slots = torch.cat([s.reshape(-1) for s in slots]).to(self.device)
