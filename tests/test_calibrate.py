@@ -96,8 +96,13 @@ def test_kv_amax_per_head_and_scales(seed):
             o = torch.cat([t.reshape(-1, 2, 16) for t in outs[f"{attn}.{kv}_proj"]])
             want = o.abs().amax(dim=(0, 2))
             assert torch.allclose(result.kv_amax[attn][kv], want, rtol=1e-5)
+        k = torch.cat([t.reshape(-1, 2, 16) for t in outs[f"{attn}.k_proj"]])
+        pairs = (k[..., :8].square() + k[..., 8:].square()).sqrt().amax(dim=(0, 2))  # rotate-half pairs' norms
+        assert torch.allclose(result.kv_amax[attn]["k_rotary"], pairs, rtol=1e-5)
         scales = result.kv_scales("e4m3")[attn]
-        assert torch.allclose(scales["k_scale"], result.kv_amax[attn]["k"] / 448.0)
+        assert torch.allclose(scales["k_scale"], pairs / 448.0, rtol=1e-5)
+        assert torch.allclose(scales["v_scale"], result.kv_amax[attn]["v"] / 448.0)
+        assert torch.allclose(result.kv_scales("e4m3", rotary=False)[attn]["k_scale"], result.kv_amax[attn]["k"] / 448.0)
         assert result.kv_scales("e5m2")[attn]["v_scale"].shape == (2,)
 
 
@@ -144,6 +149,11 @@ def test_calibrate_errors():
     result = fp8ext.calibrate(Model(), [x], head_dim=16, progress=False)
     with pytest.raises(ValueError, match="margin must be in"):
         result.kv_scales(margin=500)
+    with pytest.raises(TypeError, match="rotary must be a bool, got 'yes'"):
+        result.kv_scales(rotary="yes")
+    # Without a head split the rotate-half pairs are unknown: K's bound is sqrt(2) x its amax.
+    whole = fp8ext.calibrate(Model(), [x], progress=False).kv_amax["layers.0"]
+    assert torch.allclose(whole["k_rotary"], whole["k"] * 2 ** 0.5)
 
 
 def test_progress_is_printed(capsys):

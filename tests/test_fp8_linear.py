@@ -569,3 +569,22 @@ def test_checkpoint_weight_stored_padded_and_non_tensor_entries():
                 twin.load_state_dict({**sd, "weight": w})
     with pytest.raises(TypeError, match="weight_scale: the checkpoint holds a str, not a tensor"):
         FP8Linear(20, 8, recipe=RowWise()).load_state_dict({**sd, "weight_scale": "abc"})
+
+
+def test_convert_keeps_hooked_linears_and_transformer_encoder_layers():
+    """An FP8Linear in place of a hooked nn.Linear would drop its hooks, and
+    nn.TransformerEncoderLayer's inference fast path multiplies by linear1.weight
+    itself: both are kept in high precision, and the summary says why."""
+    model = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 64), nn.Linear(64, 64),
+                          nn.TransformerEncoderLayer(64, 4, 128, batch_first=True))
+    model[0].register_forward_hook(lambda m, args, out: out * 0)
+    model[1].forward = lambda x, lin=model[1]: nn.functional.linear(x, lin.weight, lin.bias)
+    summary = convert(model, RowWise())
+    assert [n for n, _ in summary.converted] == ["2"]
+    reasons = dict(summary.skipped)
+    assert "forward hooks or a patched forward" in reasons["0"] and "forward hooks" in reasons["1"]
+    assert "TransformerEncoderLayer" in reasons["3.linear1"] and "TransformerEncoderLayer" in reasons["3.linear2"]
+    model.eval()
+    with torch.no_grad():  # the encoder layer's fast path runs, and the hook still zeroes layer 0's output
+        assert model(torch.randn(2, 5, 64)).isfinite().all()
+        assert not model[0](torch.randn(3, 64)).any()

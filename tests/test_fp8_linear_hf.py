@@ -57,3 +57,43 @@ def test_calibrate_and_reload_a_transformers_llama(seed, tmp_path):
     ids = torch.randint(0, 128, (1, 10))
     with torch.no_grad():
         assert torch.equal(fresh(ids).logits, model(ids).logits)
+
+
+def cached_keys(cache, layer):
+    """K as the Hugging Face cache stores it (after RoPE), [B, H_kv, T, D]."""
+    layers = getattr(cache, "layers", None)
+    return layers[layer].keys if layers is not None else cache.key_cache[layer]
+
+
+def test_kv_scales_cover_k_as_the_cache_stores_it_after_rope(seed):
+    """k_proj's output is K before RoPE; the cache stores it rotated, which can be up to
+    sqrt(2) larger. The default k_scale bounds the stored K (no code saturates); the
+    pre-RoPE one (rotary=False) is exactly k_proj's amax."""
+    model = tiny_llama()
+    with torch.no_grad():  # wider than the positions' small angles alone would show
+        for layer in model.model.layers:
+            layer.self_attn.k_proj.weight.mul_(4)
+    batches = [torch.randint(0, 128, (2, 60)) for _ in range(2)]
+    result = fp8ext.calibrate(model, batches, progress=False)
+    stored = torch.zeros(2, 2)
+    with torch.no_grad():
+        for ids in batches:
+            cache = model(ids, use_cache=True).past_key_values
+            for i in range(2):
+                stored[i] = torch.maximum(stored[i], cached_keys(cache, i).abs().amax(dim=(0, 2, 3)))
+    for i in range(2):
+        attn = f"model.layers.{i}.self_attn"
+        bound = result.kv_scales("e4m3")[attn]["k_scale"] * 448.0
+        assert (stored[i] <= bound * (1 + 1e-5)).all(), (stored[i], bound)
+        assert (bound <= result.kv_amax[attn]["k"] * 2 ** 0.5 * (1 + 1e-6)).all()
+        pre = result.kv_scales("e4m3", rotary=False)[attn]["k_scale"] * 448.0
+        assert torch.allclose(pre, result.kv_amax[attn]["k"])
+    assert (stored > torch.stack([result.kv_amax[f"model.layers.{i}.self_attn"]["k"] for i in range(2)])).any()
+
+
+def test_llama_model_from_hf_refuses_fp8_weights():
+    from fp8ext.serving import LlamaModel
+    model = tiny_llama()
+    fp8ext.convert(model, RowWise())
+    with pytest.raises(ValueError, match="hf_model holds FP8 weights"):
+        LlamaModel.from_hf(model, torch.float32)

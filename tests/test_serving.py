@@ -390,6 +390,12 @@ def test_bench_serve_cli_passes_the_sweep_and_checks_it(monkeypatch, capsys, tmp
     assert seen["command"] == f"fp8ext bench serve --out {tmp_path} --contexts 16384 --modes bf16"  # goes in every row
     assert cli.main(["bench", "serve", "--quick", "--batches", "8"]) == 0
     assert seen["sweep"] == {"batches": (8,), "contexts": bench.QUICK["contexts"]} and seen["modes"] == tuple(bench.MODES)
+
+    def unwritable(out, **kw):
+        raise PermissionError(13, "Permission denied", out)
+    monkeypatch.setattr(bench, "run", unwritable)  # a row's save into an --out it may not write: a message
+    assert cli.main(["bench", "serve", "--out", str(tmp_path)]) == 1
+    assert "Permission denied" in capsys.readouterr().err
     monkeypatch.undo()
     assert cli.main(["bench", "serve", "--modes", "fp4"]) == 1
     assert "modes must be a non-empty subset" in capsys.readouterr().err

@@ -130,7 +130,7 @@ def main(argv=None) -> int:
             bench.run(args.out, num_layers=args.layers, memory_budget_gb=args.budget_gb,
                       modes=tuple(args.modes or bench.MODES), sweep=sweep,
                       command=shlex.join(["fp8ext", *(sys.argv[1:] if argv is None else argv)]))
-        except (RuntimeError, ValueError) as e:
+        except (RuntimeError, ValueError, OSError) as e:  # OSError: --out not writable (at the first row's save)
             print(f"fp8ext bench serve: {e}", file=sys.stderr)
             return 1
         return 0

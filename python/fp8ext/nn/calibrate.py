@@ -4,6 +4,7 @@ head (the paged FP8 KV cache's k_scale / v_scale)."""
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -27,15 +28,31 @@ class CalibrationResult:
     """Per-layer activation amax, the static scales set from them, and K/V amax per KV head."""
 
     input_amax: dict = field(default_factory=dict)  # FP8Linear name -> 0-d float32 amax of its input
-    kv_amax: dict = field(default_factory=dict)     # attention name -> {"k": [H], "v": [H]}
+    # attention name -> {"k": [H], "v": [H], "k_rotary": [H]}: amax of k_proj's and v_proj's outputs, and
+    # a bound on K after rotate-half RoPE at any position (see kv_scales)
+    kv_amax: dict = field(default_factory=dict)
     batches: int = 0
 
-    def kv_scales(self, fmt: FP8Format | str = E4M3, margin: int = 0) -> dict:
-        """attention name -> {"k_scale": [H], "v_scale": [H]}: dequantization scales for an FP8 KV cache."""
+    def kv_scales(self, fmt: FP8Format | str = E4M3, margin: int = 0, rotary: bool = True) -> dict:
+        """attention name -> {"k_scale": [H], "v_scale": [H]}: dequantization scales for an FP8 KV cache.
+
+        With ``rotary`` (the default) k_scale is sized for K as a Llama-style
+        cache stores it, after rotate-half RoPE (Llama, Mistral, Qwen;
+        PagedKVCache.write_rotary and Hugging Face's caches): a rotation moves
+        each pair (k[i], k[i + D/2]) of a head around a circle of its norm, so
+        the largest pair norm seen bounds the rotated K at every position (up
+        to sqrt(2) x the amax of k_proj's output). ``rotary=False`` sizes it
+        for K as k_proj gives it (no RoPE on the cached K)."""
         dtype = get_format(fmt).torch_dtype
         check_margin(margin)
-        return {name: {f"{kv}_scale": scale_from_amax(amax, dtype, margin, False) for kv, amax in d.items()}
-                for name, d in self.kv_amax.items()}
+        if not isinstance(rotary, bool):
+            raise TypeError(f"rotary must be a bool, got {rotary!r}")
+        out = {}
+        for name, d in self.kv_amax.items():
+            k = d.get("k_rotary", d.get("k")) if rotary else d.get("k")
+            out[name] = {f"{kv}_scale": scale_from_amax(amax, dtype, margin, False)
+                         for kv, amax in (("k", k), ("v", d.get("v"))) if amax is not None}
+        return out
 
 
 def _progress(batches, enabled: bool):
@@ -58,6 +75,17 @@ def _progress(batches, enabled: bool):
         print(file=sys.stderr)
 
 
+def _rotated_bound(k: torch.Tensor, amax: torch.Tensor, per_head: bool) -> torch.Tensor:
+    """[H] bound on K [tokens, H, D] after rotate-half RoPE at any position: the
+    largest norm of a pair (k[i], k[i + D/2]) of a head, or sqrt(2) x amax where
+    the pairs are unknown (no head split, or an odd head width)."""
+    if not per_head or k.shape[-1] % 2:
+        return amax * math.sqrt(2.0)
+    half = k.shape[-1] // 2
+    norms = torch.hypot(k[..., :half].float(), k[..., half:].float())  # hypot: no overflow of the squares
+    return torch.maximum(amax_finite(norms, dim=(0, 2)), amax)  # a finite k beside an Inf partner still counts
+
+
 def _head_dim(model: nn.Module, head_dim: int | None) -> int | None:
     if head_dim is not None:
         return check_positive_int("head_dim", head_dim, " or None")
@@ -76,7 +104,8 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
     """Runs ``model`` on each batch in eval mode (``model(batch)``,
     ``model(*batch)`` for a tuple or list, ``model(**batch)`` for a mapping; each
     module's own mode is restored afterwards) and records the amax of every :class:`FP8Linear`'s input and of every
-    ``k_proj`` / ``v_proj`` output per KV head (the last name component must be
+    ``k_proj`` / ``v_proj`` output per KV head (and for K a bound after RoPE:
+    :meth:`CalibrationResult.kv_scales`) (the last name component must be
     exactly that: fused ``qkv_proj`` layers are not split).
 
     During calibration every FP8Linear computes with its dequantized weight and
@@ -122,10 +151,15 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
                 return  # a batch without tokens has no K/V to record
             if head_dim is not None and o.shape[-1] % head_dim:
                 raise ValueError(f"head_dim={head_dim} does not divide {name}'s output width {o.shape[-1]}")
-            heads = o.shape[-1] // hd if hd and o.shape[-1] % hd == 0 else 1
-            amax = amax_finite(o.reshape(o.shape[0], heads, -1), dim=(0, 2))
+            per_head = bool(hd) and o.shape[-1] % hd == 0
+            heads = o.shape[-1] // hd if per_head else 1
+            o = o.reshape(o.shape[0], heads, -1)
+            found = {kv: amax_finite(o, dim=(0, 2))}
+            if kv == "k":
+                found["k_rotary"] = _rotated_bound(o, found["k"], per_head)
             d = result.kv_amax.setdefault(attn, {})
-            d[kv] = amax if kv not in d else torch.maximum(d[kv], amax)
+            for key, amax in found.items():
+                d[key] = amax if key not in d else torch.maximum(d[key], amax)
         return hook
 
     handles = [m.register_forward_pre_hook(record_input(n), with_kwargs=True) for n, m in fp8_layers.items()]

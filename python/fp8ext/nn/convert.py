@@ -81,6 +81,18 @@ def _output_embeddings(model: nn.Module):
         return None
 
 
+def _kept_for_its_surroundings(module: nn.Module, parent: nn.Module | None) -> str | None:
+    """Why a plain nn.Linear must stay as it is, or None: swapping it would drop
+    its hooks or patched forward (adapters, accelerate's offload hooks), or its
+    parent reads its weight itself (nn.TransformerEncoderLayer's inference fast
+    path multiplies by linear1.weight directly, which would then be FP8 codes)."""
+    if module._forward_hooks or module._forward_pre_hooks or "forward" in vars(module):
+        return "has forward hooks or a patched forward (an FP8Linear in its place would drop them)"
+    if isinstance(parent, nn.TransformerEncoderLayer):
+        return "in an nn.TransformerEncoderLayer, whose inference fast path reads the weight itself"
+    return None
+
+
 def select_linears(model: nn.Module, include=None, exclude=None, keep_lm_head: bool = True):
     """(targets, skipped): the names of the nn.Linear modules convert() would replace,
     and (name, reason) for the ones it keeps in high precision."""
@@ -91,6 +103,7 @@ def select_linears(model: nn.Module, include=None, exclude=None, keep_lm_head: b
     targets, skipped = [], []
     if isinstance(model, FP8Linear):
         raise ValueError("model is itself an FP8Linear (converted already): convert replaces submodules")
+    parents = dict(model.named_modules())
     for name, module in model.named_modules():
         if isinstance(module, FP8Linear):  # converted by an earlier call: listed, so that a second call says why
             skipped.append((name, f"already FP8Linear ({type(module.recipe).__name__})"))
@@ -103,6 +116,10 @@ def select_linears(model: nn.Module, include=None, exclude=None, keep_lm_head: b
         if name == "":
             raise ValueError("model is itself an nn.Linear: convert replaces submodules; use "
                              "fp8ext.FP8Linear.from_linear(model, recipe) for a single layer")
+        why_kept = _kept_for_its_surroundings(module, parents.get(name.rpartition(".")[0]))
+        if why_kept:
+            skipped.append((name, why_kept))
+            continue
         if keep_lm_head and (module is head or _matches(LM_HEAD_NAMES, name, module)):
             skipped.append((name, "LM head (high precision by default)"))
         elif id(module.weight) in tied:

@@ -134,6 +134,10 @@ class LlamaModel(nn.Module):
         """From a transformers LlamaForCausalLM (its weights are copied; q/k/v and gate/up are concatenated)."""
         cfg = LlamaConfig.from_hf(hf_model.config)
         sd = hf_model.state_dict()
+        fp8 = [n for n, t in sd.items() if t.is_floating_point() and t.element_size() == 1]
+        if fp8:  # FP8 codes copied without their scales would be garbage weights
+            raise ValueError(f"hf_model holds FP8 weights ({fp8[0]}, ...): from_hf takes a high-precision model; "
+                             "convert the LlamaModel instead (LlamaModel.from_hf(hf).quantize(recipe))")
         model = cls(cfg, dtype, device or next(hf_model.parameters()).device)
         with torch.no_grad():
             model.embed.weight.copy_(sd["model.embed_tokens.weight"])
