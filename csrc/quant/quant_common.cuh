@@ -52,8 +52,13 @@ template <typename T>
 __device__ __forceinline__ float to_float(T v);
 template <>
 __device__ __forceinline__ float to_float<float>(float v) { return v; }
+// cvt.f32.f16 gives every NaN the positive canonical NaN; the half's sign bit is
+// put back (a no-op for numbers), as x86's conversion keeps it and the CPU
+// quantizers then encode a negative NaN as 0xFF (torch.neg of a NaN makes one).
 template <>
-__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float<__half>(__half v) {
+  return __uint_as_float(__float_as_uint(__half2float(v)) | ((uint32_t{__half_as_ushort(v)} & 0x8000u) << 16));
+}
 template <>
 __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
 
