@@ -104,9 +104,9 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
     """Runs ``model`` on each batch in eval mode (``model(batch)``,
     ``model(*batch)`` for a tuple or list, ``model(**batch)`` for a mapping; each
     module's own mode is restored afterwards) and records the amax of every :class:`FP8Linear`'s input and of every
-    ``k_proj`` / ``v_proj`` output per KV head (and for K a bound after RoPE:
-    :meth:`CalibrationResult.kv_scales`) (the last name component must be
-    exactly that: fused ``qkv_proj`` layers are not split).
+    ``k_proj`` / ``v_proj`` output per KV head, with a bound on K after RoPE
+    (:meth:`CalibrationResult.kv_scales`). The last name component must be
+    exactly ``k_proj`` or ``v_proj``: fused ``qkv_proj`` layers are not split.
 
     During calibration every FP8Linear computes with its dequantized weight and
     unquantized input, so that no uncalibrated scale distorts the amax of the
