@@ -92,6 +92,22 @@ def test_dequantize_errors():
     q, s = quantize(torch.ones(4, 8), RowWise())
     with pytest.raises(ValueError, match="per_row scale"):
         dequantize(q, s[:2])
+    for bad in (True, 2.5, "4"):
+        with pytest.raises(TypeError, match="cols must be an int or None"):
+            dequantize(q, s, cols=bad)
+
+
+@pytest.mark.parametrize("recipe", [RowWise(), BlockWise(), CurrentScaling()], ids=lambda r: type(r).__name__)
+def test_dequantize_takes_what_quantize_gives_for_zero_columns(recipe):
+    """K = 0 is a valid (empty) quantize; dequantize gives the [M, 0] back (it
+    reshaped with -1, which torch refuses for 0 elements), as does cols=0 where
+    the scales do not depend on K (group scales hold one column per 128 of it)."""
+    q, s = quantize(torch.randn(3, 0), recipe)
+    g = {"RowWise": "per_row", "BlockWise": "group", "CurrentScaling": "per_tensor"}[type(recipe).__name__]
+    assert dequantize(q, s, g).shape == (3, 0)
+    if g != "group":
+        q, s = quantize(torch.randn(3, 40), recipe)
+        assert dequantize(q, s, g, cols=0).shape == (3, 0)
 
 
 def test_shapes_not_multiple_of_16_or_128_are_padded_not_refused():

@@ -102,6 +102,11 @@ def test_sharding_refuses_what_it_cannot_do():
         parallel.shard(layer, "diagonal")
     with pytest.raises(TypeError, match="layer must be an FP8Linear or a plain nn.Linear"):
         parallel.shard(nn.Conv1d(4, 4, 1), "row")
+    for bad in ("False", 0, None):  # used as a truth value, "False" would gather
+        with pytest.raises(TypeError, match="gather_output must be a bool"):
+            parallel.shard(layer, "column", gather_output=bad)
+    with pytest.raises(TypeError, match=r"layer must be an FP8Linear \(fp8ext.parallel.shard takes an nn.Linear"):
+        parallel.TensorParallelFP8Linear(nn.Linear(4, 4), "column")
     for bad in ((100,), (128, 256), (0, 256), (-16, 272), (128.0, 128.0), ()):
         with pytest.raises(ValueError, match=r"parts must be positive ints adding up to out_features \(256\)"):
             parallel.shard(layer, "column", parts=bad)

@@ -64,9 +64,9 @@ class TensorParallelFP8Linear(nn.Module):
     def __init__(self, layer: FP8Linear, style: str, group=None, gather_output: bool = False, parts=None):
         super().__init__()
         if not isinstance(layer, FP8Linear):
-            raise TypeError(f"layer must be an FP8Linear or a plain nn.Linear (not a subclass, whose forward may "
-                            f"differ), got {type(layer).__name__}")
-        world, rank = _world_and_rank(style, group)
+            raise TypeError(f"layer must be an FP8Linear (fp8ext.parallel.shard takes an nn.Linear too), "
+                            f"got {type(layer).__name__}")
+        world, rank = _world_and_rank(style, group, gather_output)
         self.group, self.style, self.gather_output = group, style, gather_output
         self.world_size, self.rank = world, rank
         n, k = layer.out_features, layer.in_features
@@ -119,9 +119,12 @@ def _rank_cols(k: int, world: int, rank: int, blocks: bool) -> tuple:
     return rank * k // world, (rank + 1) * k // world
 
 
-def _world_and_rank(style: str, group) -> tuple:
+def _world_and_rank(style: str, group, gather_output) -> tuple:
+    """(world size, rank) of `group`, after the arguments every shard takes are checked."""
     if style not in STYLES:
         raise ValueError(f"style must be one of {STYLES}, got {style!r}")
+    if not isinstance(gather_output, bool):  # a string such as "False" would gather
+        raise TypeError(f"gather_output must be a bool, got {gather_output!r}")
     if not dist.is_initialized():
         raise RuntimeError("torch.distributed must be initialized (dist.init_process_group) first")
     if group is not None and not isinstance(group, dist.ProcessGroup):
@@ -185,7 +188,7 @@ class TensorParallelLinear(nn.Module):
 
     def __init__(self, layer: nn.Linear, style: str, group=None, gather_output: bool = False, parts=None):
         super().__init__()
-        world, rank = _world_and_rank(style, group)
+        world, rank = _world_and_rank(style, group, gather_output)
         self.group, self.style, self.gather_output = group, style, gather_output
         self.world_size = world
         w = layer.weight.detach()

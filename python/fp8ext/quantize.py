@@ -248,6 +248,8 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, granularity: str | None = N
     if q.dim() < 1:
         raise ValueError("q must have at least one dimension [..., K], got a 0-d tensor")
     g = _infer_granularity(scale, granularity)
+    if cols is not None and (isinstance(cols, bool) or not isinstance(cols, int)):
+        raise TypeError(f"cols must be an int or None, got {cols!r}")
     k = q.shape[-1] if cols is None else cols
     if not 0 <= k <= q.shape[-1]:
         raise ValueError(f"cols must be in [0, {q.shape[-1]}], got {k}")
@@ -257,12 +259,12 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, granularity: str | None = N
             raise ValueError(f"per_tensor scale must hold one value, got shape {tuple(scale.shape)}")
         out = qf * scale.reshape(())
     elif g == "per_row":
-        qf2 = qf.reshape(-1, k)
+        qf2 = qf.reshape(math.prod(qf.shape[:-1]), k)  # not -1: K may be 0
         if scale.shape != (qf2.shape[0],):
             raise ValueError(f"per_row scale must have shape ({qf2.shape[0]},), got {tuple(scale.shape)}")
         out = (qf2 * scale[:, None]).reshape(qf.shape)
     else:
-        qf2 = qf.reshape(-1, k)
+        qf2 = qf.reshape(math.prod(qf.shape[:-1]), k)  # not -1: K may be 0
         m = qf2.shape[0]
         rows_per_scale = 1 if g == "group" else GROUP
         want = (-(-m // rows_per_scale), -(-k // GROUP))
