@@ -540,6 +540,23 @@ def test_generate_keeps_the_tokens_of_requests_submitted_before_it(seed):
     assert engine.run() == {}
 
 
+def test_a_run_that_raises_keeps_the_finished_tokens_for_the_next(seed):
+    """Tokens set aside by generate() (or finished earlier in the same run) are
+    not lost when a later step raises: the next run() hands them out."""
+    model = tiny_model(seed=seed)
+    cache = make_cache(model, pages=8, page_size=16)
+    engine = Engine(model, cache, max_batch=4)
+    early, later = prompts(2, seed)
+    rid = engine.submit(early, 3)
+    engine.generate([later], 5)
+    cache.append("other", cache.free_pages * cache.page_size)  # another user of the cache takes every page
+    late = engine.submit([1, 2, 3], 2)
+    with pytest.raises(RuntimeError, match="free KV-cache pages"):
+        engine.run()
+    cache.free("other")
+    assert engine.run() == {rid: recompute_generate(model, early, 3), late: recompute_generate(model, [1, 2, 3], 2)}
+
+
 def test_prefill_refuses_an_empty_prompt_or_missing_slots():
     model = tiny_model()
     cache = make_cache(model)

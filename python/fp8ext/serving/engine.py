@@ -146,10 +146,10 @@ class Engine:
         """Steps until every submitted request finished; {request id: generated
         tokens} of the requests finished since the last run() (those that
         finished during a generate() call included)."""
-        out, self._unclaimed = self._unclaimed, {}
         while self.waiting or self.running:
             for r in self.step():
-                out[r.id] = r.output
+                self._unclaimed[r.id] = r.output  # kept there until handed out: a step may raise
+        out, self._unclaimed = self._unclaimed, {}
         return out
 
     def generate(self, prompts, max_new_tokens: int, eos_token_id: int | None = None) -> list:
