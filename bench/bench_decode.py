@@ -109,7 +109,8 @@ def write_rows():
         def unfused(item):
             for x, pool in zip(item[:2], pools):
                 # As bytes: index_copy_ has no CUDA kernel for float8 (torch 2.11).
-                pool.view(torch.uint8).view(-1, KV_HEADS, DIM).index_copy_(0, item[2], (x / scale).to(fp8).view(torch.uint8))
+                codes = (x / scale).to(fp8).view(torch.uint8)
+                pool.view(torch.uint8).view(-1, KV_HEADS, DIM).index_copy_(0, item[2], codes)
 
         for fn in (write, unfused):
             for pool in pools:
