@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fp8ext  # noqa: F401  (registers the ops)
+from fp8ext.ops import cuda_fallback
 
 F8 = torch.float8_e4m3fn
 ops = torch.ops.fp8ext
@@ -241,3 +242,47 @@ def test_compile_names_the_bad_argument_while_tracing():
     with pytest.raises(Exception, match=r"margin must be in \[-64, 64\]"):
         f(x_of())
     assert not graphs, "the graph was traced through the bad call: the fake did not check margin"
+
+
+def fallback_name(op) -> str:
+    return op._qualified_op_name.split("::")[1]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_cuda_fallback_refuses_what_the_cpu_op_refuses(case):
+    """The reference path that serves CUDA tensors where no kernel was built
+    (ops/cuda_fallback.py) runs the fake's checks first: without them a [2]
+    scale was applied per column and a bf16 'FP8' dtype was taken. Run here on
+    CPU tensors, the same function the CUDA key calls."""
+    _, op, args, name = case
+    on_cpu = raised(op, args)
+    on_fallback = raised(lambda *a: cuda_fallback.run_reference(fallback_name(op), *a), args)
+    assert on_fallback is not None, f"the fallback took what the CPU op refused with: {on_cpu}"
+    assert type(on_fallback) is type(on_cpu), f"CPU: {on_cpu!r}; fallback: {on_fallback!r}"
+    if name is not None:
+        assert re.search(rf"\b{name}\b", str(on_fallback)), f"{name!r} not named in {on_fallback}"
+
+
+@pytest.mark.parametrize("case", VALID, ids=[f"{op._qualified_op_name}-{i}" for i, (op, _) in enumerate(VALID)])
+def test_cuda_fallback_takes_what_the_cpu_op_takes(case):
+    op, args = case
+    cuda_fallback.run_reference(fallback_name(op), *args)
+
+
+@pytest.mark.parametrize("bad, match", [((F8, 65, 0), r"margin must be in"), ((torch.bfloat16, 0, 0), r"dtype must be"),
+                                        ((F8, 0, -7), r"pad_k_to must be in")])
+def test_dynamic_shapes_still_check_what_reads_no_sizes(bad, match):
+    """With symbolic sizes the fakes skip the checks that read them (they would
+    become guards), but a dtype, margin or pad_k_to is refused while tracing."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    dtype, margin, pad = bad
+    f = torch.compile(lambda x: ops.quantize_per_row(x, dtype, margin, False, pad), fullgraph=True, dynamic=True,
+                      backend=backend)
+    with pytest.raises(Exception, match=match):
+        f(x_of())
+    assert not graphs

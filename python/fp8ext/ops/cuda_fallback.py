@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from fp8ext import _native
-from fp8ext.ops import fused, gemm_reference, kv_cache_reference, reference
+from fp8ext.ops import fake, fused, gemm_reference, kv_cache_reference, reference
 
 # op name -> (reference implementation, what the warning calls it)
 _OPS = {name: (getattr(reference, name), "quantization")
@@ -25,12 +25,21 @@ _OPS["kv_cache_write_rotary"] = (fused.kv_cache_write_rotary, "the KV-cache writ
 _OPS["paged_decode_attention"] = (kv_cache_reference.paged_decode_attention, "paged decode attention")
 
 
+def run_reference(name: str, *args):
+    """The op's fake first, for its argument checks (the quantize references
+    check nothing themselves: a [K] scale would be applied per column), then
+    the reference. Real tensors have concrete sizes, so the fake checks all it
+    can; the empty outputs it allocates are dropped."""
+    fake.CHECKED[f"fp8ext::{name}"](*args)
+    return _OPS[name][0](*args)
+
+
 def _register(name: str) -> None:
-    ref, what = _OPS[name]
+    what = _OPS[name][1]
 
     def cuda_impl(x, *args):
         _native.warn_reference_fallback(what, x.device)
-        return ref(x, *args)
+        return run_reference(name, x, *args)
 
     torch.library.impl(f"fp8ext::{name}", "CUDA")(cuda_impl)
 

@@ -1,9 +1,10 @@
 """Fake (meta) implementations: output shapes, dtypes and strides of every op,
 so torch.compile(fullgraph=True) can trace them. They mirror
 csrc/torch/quantize_outputs.h, refuse tensors on mixed devices as the real
-ops do (see _fake), and, where every size is known, make the real ops'
-argument checks that read no values (a bad page id or slot is found only when
-the op runs)."""
+ops do (see _fake), and make the real ops' argument checks that read no
+values (a bad page id or slot is found only when the op runs): those that read
+sizes where every size is known, the others (dtypes, ranks, margin, pad_k_to)
+always."""
 from __future__ import annotations
 
 import functools
@@ -15,6 +16,11 @@ from fp8ext.ops import fused, kv_cache_reference as kv
 from fp8ext.ops import quantize_checks as qc
 from fp8ext.ops.gemm_reference import check_blockwise_args, check_scaled_mm_args
 from fp8ext.ops.reference import GROUP, GROUP_SCALE_ROW_ALIGN
+
+
+# op name -> its fake with the device check, which ops/cuda_fallback.py also
+# runs before the reference path, so the fallback refuses what the fakes refuse.
+CHECKED = {}
 
 
 def _fake(op: str):
@@ -36,6 +42,7 @@ def _fake(op: str):
             return fn(*args, **kwargs)
 
         torch.library.register_fake(op)(checked)
+        CHECKED[op] = checked
         return fn
     return register
 
@@ -46,6 +53,22 @@ def _concrete(*tensors) -> bool:
     would turn the checks into guards, and a data-dependent one (rows picked by
     a mask) cannot be decided at all; the real op checks at run time there."""
     return all(isinstance(d, int) for t in tensors if isinstance(t, torch.Tensor) for d in t.shape)
+
+
+def _check_input(x: torch.Tensor) -> None:
+    """check_input_matrix where x's sizes are known; with symbolic sizes only
+    its rank and dtype checks, which read none."""
+    if _concrete(x):
+        qc.check_input_matrix(x)
+    else:
+        qc.check_input_rank_and_dtype(x)
+
+
+def _check_quantize(x, dtype, margin: int, pad_k_to: int) -> None:
+    """qc.check_quantize, its size checks only where x's sizes are known."""
+    _check_input(x)
+    qc.check_scale_rule(dtype, margin)
+    qc.check_pad_k_to(pad_k_to)
 
 
 def _k_padded(k: int, pad_k_to: int) -> int:
@@ -62,83 +85,77 @@ def _f32(x, shape):
 
 @_fake("fp8ext::cast_to_fp8")
 def _cast_to_fp8(x, dtype, saturate):
-    if _concrete(x):
-        qc.check_input_matrix(x)
-        qc.check_fp8_dtype(dtype)
+    _check_input(x)
+    qc.check_fp8_dtype(dtype)
     return x.new_empty(x.shape, dtype=dtype)
 
 
 @_fake("fp8ext::quantize_with_scale")
 def _quantize_with_scale(x, scale, dtype, pad_k_to):
-    if _concrete(x, scale):
-        qc.check_input_matrix(x)
+    _check_input(x)
+    if _concrete(scale):
         qc.check_scalar_fp32(scale, "scale")
-        qc.check_fp8_dtype(dtype)
-        qc.check_pad_k_to(pad_k_to)
+    qc.check_fp8_dtype(dtype)
+    qc.check_pad_k_to(pad_k_to)
     return _q(x, dtype, pad_k_to)
 
 
 @_fake("fp8ext::quantize_per_tensor")
 def _quantize_per_tensor(x, dtype, margin, power_of_two, pad_k_to):
-    if _concrete(x):
-        qc.check_quantize(x, dtype, margin, pad_k_to)
+    _check_quantize(x, dtype, margin, pad_k_to)
     return _q(x, dtype, pad_k_to), _f32(x, ())
 
 
 @_fake("fp8ext::quantize_delayed")
 def _quantize_delayed(x, amax_history, scale, dtype, margin, power_of_two, use_history_max, pad_k_to):
-    if _concrete(x, amax_history, scale):
-        qc.check_input_matrix(x)
-        qc.check_scale_rule(dtype, margin)
+    _check_input(x)
+    qc.check_scale_rule(dtype, margin)
+    if _concrete(amax_history, scale):
         qc.check_scalar_fp32(scale, "scale")
         qc.check_amax_history(amax_history)
-        qc.check_pad_k_to(pad_k_to)
+    qc.check_pad_k_to(pad_k_to)
     return _q(x, dtype, pad_k_to), _f32(x, ())
 
 
 @_fake("fp8ext::quantize_per_row")
 def _quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
-    if _concrete(x):
-        qc.check_quantize(x, dtype, margin, pad_k_to)
+    _check_quantize(x, dtype, margin, pad_k_to)
     return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],))
 
 
 @_fake("fp8ext::rms_norm_quantize_per_row")
 def _rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_k_to):
+    _check_input(x)
     if _concrete(x, weight):
-        qc.check_input_matrix(x)
         fused.check_norm_weight(x, weight, eps)
-        qc.check_scale_rule(dtype, margin)
-        qc.check_pad_k_to(pad_k_to)
+    qc.check_scale_rule(dtype, margin)
+    qc.check_pad_k_to(pad_k_to)
     return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],))
 
 
 @_fake("fp8ext::add_rms_norm_quantize_per_row")
 def _add_rms_norm_quantize_per_row(x, residual, weight, eps, dtype, margin, power_of_two, pad_k_to):
+    _check_input(x)
     if _concrete(x, residual, weight):
-        qc.check_input_matrix(x)
         fused.check_residual(x, residual)
         fused.check_norm_weight(x, weight, eps)
-        qc.check_scale_rule(dtype, margin)
-        qc.check_pad_k_to(pad_k_to)
+    qc.check_scale_rule(dtype, margin)
+    qc.check_pad_k_to(pad_k_to)
     return _q(x, dtype, pad_k_to), _f32(x, (x.shape[0],)), x.new_empty(x.shape)
 
 
 @_fake("fp8ext::silu_mul_quantize_per_row")
 def _silu_mul_quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
-    if _concrete(x):
-        qc.check_input_matrix(x)
+    _check_input(x)
     fused.check_gate_up(x)  # symbolic widths too: the output's width depends on it
-    if _concrete(x):  # after the width, as the CUDA op and the CPU composition check them
-        qc.check_scale_rule(dtype, margin)
-        qc.check_pad_k_to(pad_k_to)
+    qc.check_scale_rule(dtype, margin)  # after the width, as the CUDA op and the CPU composition check them
+    qc.check_pad_k_to(pad_k_to)
     return x.new_empty((x.shape[0], _k_padded(x.shape[1] // 2, pad_k_to)), dtype=dtype), _f32(x, (x.shape[0],))
 
 
 @_fake("fp8ext::quantize_per_group")
 def _quantize_per_group(x, dtype, margin, power_of_two, pad_k_to):
-    if _concrete(x):
-        qc.check_quantize(x, dtype, margin, pad_k_to)
+    _check_quantize(x, dtype, margin, pad_k_to)
     m, k = x.shape
     groups = -(-k // GROUP)
     m_pad = -(-m // GROUP_SCALE_ROW_ALIGN) * GROUP_SCALE_ROW_ALIGN
@@ -148,8 +165,7 @@ def _quantize_per_group(x, dtype, margin, power_of_two, pad_k_to):
 
 @_fake("fp8ext::quantize_per_block")
 def _quantize_per_block(x, dtype, margin, power_of_two, pad_k_to):
-    if _concrete(x):
-        qc.check_quantize(x, dtype, margin, pad_k_to)
+    _check_quantize(x, dtype, margin, pad_k_to)
     m, k = x.shape
     return _q(x, dtype, pad_k_to), _f32(x, (-(-m // GROUP), -(-k // GROUP)))
 

@@ -14,13 +14,17 @@ MAX_PAD_K_TO = 1 << 20  # tensor_checks.h kMaxPadKTo
 MAX_MARGIN = 64
 
 
-def check_input_matrix(x: torch.Tensor, name: str = "x") -> None:
-    """2-D float32/float16/bfloat16 with a contiguous last dimension; rows may be
-    strided but must not overlap (input_matrix)."""
+def check_input_rank_and_dtype(x: torch.Tensor, name: str = "x") -> None:
     if x.dim() != 2:
         raise ValueError(f"{name} must be 2-D [rows, cols], got {x.dim()}-D")
     if x.dtype not in INPUT_DTYPES:
         raise TypeError(f"{name} must be float32, float16 or bfloat16, got {x.dtype}")
+
+
+def check_input_matrix(x: torch.Tensor, name: str = "x") -> None:
+    """2-D float32/float16/bfloat16 with a contiguous last dimension; rows may be
+    strided but must not overlap (input_matrix)."""
+    check_input_rank_and_dtype(x, name)
     if x.shape[1] > 1 and x.stride(1) != 1:
         raise ValueError(f"{name} must have a contiguous last dimension (stride 1), got strides {tuple(x.stride())}")
     if x.shape[0] > 1 and x.stride(0) < x.shape[1]:
