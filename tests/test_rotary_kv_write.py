@@ -128,8 +128,15 @@ def test_bad_arguments_raise_clear_errors(device):
         cache.write_rotary(0, qkv[:, :-64], 4, cos, sin, slots)
     with pytest.raises(ValueError, match="qkv must be"):
         cache.write_rotary(0, qkv, 5, cos, sin, slots)
-    with pytest.raises(ValueError, match="num_q_heads must be >= 1"):
+    with pytest.raises(ValueError, match=r"num_q_heads must be in \[1, 65535\]"):
         cache.write_rotary(0, qkv[:, :4 * 64], 0, cos, sin, slots)
+    # (2^59 + 4 + 2 * 2) * 32 wraps to 256 in int64: the width check passed and an allocation failed.
+    huge = 2**59 + 4
+    one = torch.ones((), device=device)
+    with pytest.raises(ValueError, match=r"num_q_heads must be in \[1, 65535\]"):
+        torch.ops.fp8ext.kv_cache_write_rotary(torch.zeros(3, 256, device=device), cos[:, :32].float(),
+                                               sin[:, :32].float(), *(torch.zeros(4, 16, 2, 32, device=device)
+                                                                      for _ in range(2)), slots, one, one, huge)
     with pytest.raises(ValueError, match="cos must be"):
         cache.write_rotary(0, qkv, 4, cos[:, :32], sin, slots)
     with pytest.raises(TypeError, match="sin must have qkv's dtype"):
@@ -149,6 +156,34 @@ def test_bad_arguments_raise_clear_errors(device):
     odd = PagedKVCache(1, 2, 48, 4, 16, E4M3, device=device, scales=[{"k_scale": 1.0, "v_scale": 1.0}])
     with pytest.raises(ValueError, match="multiple of 32"):
         odd.write_rotary(0, odd_qkv, 4, odd_cos, odd_sin, slots)
+
+
+@each_device
+def test_writes_refuse_inputs_inside_the_pools(device):
+    """Tokens taken from the cache itself (moving slots within a 16-bit pool):
+    the CUDA kernels read them while they store, unordered, so the result was a
+    race where the CPU's copy gave the swap. Both refuse them now."""
+    one = torch.ones((), device=device)
+    k_pool, v_pool = (torch.randn(4, 16, 2, 64, device=device).to(torch.bfloat16) for _ in range(2))
+    slots = torch.tensor([1, 0], device=device)
+    inside_k = k_pool.view(-1, 2, 64)[:2]
+    inside_v = v_pool.view(-1, 2, 64)[2:4]
+    elsewhere = inside_k.clone()
+    with pytest.raises(ValueError, match="k and k_cache must not overlap"):
+        torch.ops.fp8ext.kv_cache_write(inside_k, elsewhere, k_pool, v_pool, slots, one, one)
+    with pytest.raises(ValueError, match="v and v_cache must not overlap"):
+        torch.ops.fp8ext.kv_cache_write(elsewhere, inside_v, k_pool, v_pool, slots, one, one)
+    with pytest.raises(ValueError, match="k and v_cache must not overlap"):
+        torch.ops.fp8ext.kv_cache_write(inside_v, elsewhere, k_pool, v_pool, slots, one, one)
+    qkv = v_pool.view(-1)[:2 * 512].view(2, 512)  # 4 query heads + K and V of 2 heads, 64 wide
+    cos, sin = torch.ones(2, 64, device=device, dtype=torch.bfloat16), torch.zeros(2, 64, device=device,
+                                                                                    dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="qkv and v_cache must not overlap"):
+        torch.ops.fp8ext.kv_cache_write_rotary(qkv, cos, sin, k_pool, v_pool, slots, one, one, 4)
+    before = k_pool.clone()
+    torch.ops.fp8ext.kv_cache_write(elsewhere, elsewhere, k_pool, v_pool, slots, one, one)  # apart: written
+    assert torch.equal(k_pool[0, 1], elsewhere[0]) and torch.equal(k_pool[0, 0], elsewhere[1])
+    assert torch.equal(k_pool[1:], before[1:])
 
 
 def test_engine_decode_with_the_fused_write_is_bit_identical_on_cpu(monkeypatch, seed):

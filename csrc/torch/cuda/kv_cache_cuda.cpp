@@ -106,6 +106,12 @@ void kv_cache_write_cuda(const at::Tensor& k, const at::Tensor& v, at::Tensor& k
   check_slots(slot_mapping, k.size(0), k_cache);
   check_device(k, "k", k_cache);
   check_device(v, "v", k_cache);
+  // The kernel reads k and v while it stores into the pools, unordered: a token taken from the cache
+  // itself (moving slots) would race with its own stores.
+  for (const auto& [t, name] : {std::pair{&k, "k"}, std::pair{&v, "v"}}) {
+    check_no_overlap(*t, name, k_cache, "k_cache");
+    check_no_overlap(*t, name, v_cache, "v_cache");
+  }
   const auto [ks, k_view] = scale_of(k_scale, "k_scale", heads, k_cache);
   const auto [vs, v_view] = scale_of(v_scale, "v_scale", heads, k_cache);
   c10::cuda::CUDAGuard guard(k_cache.device());
@@ -121,7 +127,8 @@ at::Tensor kv_cache_write_rotary_cuda(const at::Tensor& qkv, const at::Tensor& c
   const auto [k_pool, v_pool] = pools(k_cache, v_cache);
   const int64_t heads = k_pool.num_kv_heads, dim = k_pool.head_dim;
   TORCH_CHECK_VALUE(dim % 32 == 0, "head_dim must be a multiple of 32 for the rotary write, got ", dim);
-  TORCH_CHECK_VALUE(num_q_heads >= 1, "num_q_heads must be >= 1, got ", num_q_heads);
+  // (The bound keeps the width below from overflowing; decode attention takes at most 65535 heads too.)
+  TORCH_CHECK_VALUE(num_q_heads >= 1 && num_q_heads <= 65535, "num_q_heads must be in [1, 65535], got ", num_q_heads);
   const int64_t cols = (num_q_heads + 2 * heads) * dim;
   TORCH_CHECK_VALUE(qkv.dim() == 2 && qkv.size(1) == cols, "qkv must be [num_tokens, ", cols,
                     "] ((num_q_heads + 2 * num_kv_heads) * head_dim), got ", qkv.sizes());
@@ -136,6 +143,8 @@ at::Tensor kv_cache_write_rotary_cuda(const at::Tensor& qkv, const at::Tensor& c
   }
   check_slots(slot_mapping, tokens, k_cache);
   check_device(qkv, "qkv", k_cache);
+  check_no_overlap(qkv, "qkv", k_cache, "k_cache");  // as kv_cache_write's k and v
+  check_no_overlap(qkv, "qkv", v_cache, "v_cache");
   const auto [ks, k_view] = scale_of(k_scale, "k_scale", heads, k_cache);
   const auto [vs, v_view] = scale_of(v_scale, "v_scale", heads, k_cache);
   c10::cuda::CUDAGuard guard(k_cache.device());

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from fp8ext._native import INPUT_DTYPES
-from fp8ext.ops.kv_cache_reference import check_cache
+from fp8ext.ops.kv_cache_reference import check_apart_from_pools, check_cache
 
 
 def _check_rows(x) -> None:
@@ -85,7 +85,7 @@ def rotate_half(x, cos, sin):
 
 def check_rotary(qkv, cos, sin, k_cache, v_cache, num_q_heads, read_memory: bool = True) -> None:
     """kv_cache_write_rotary's own checks (kv_cache_write checks the rest);
-    read_memory=False (the fakes) leaves out the pools' overlap checks."""
+    read_memory=False (the fakes) leaves out the overlap checks (pools, qkv)."""
     check_cache(k_cache, v_cache, read_memory)
     if not isinstance(qkv, torch.Tensor) or qkv.dtype not in INPUT_DTYPES:
         raise TypeError(f"qkv must be a bfloat16, float16 or float32 tensor, got "
@@ -93,8 +93,8 @@ def check_rotary(qkv, cos, sin, k_cache, v_cache, num_q_heads, read_memory: bool
     heads, dim = k_cache.shape[2], k_cache.shape[3]
     if dim % 32:
         raise ValueError(f"head_dim must be a multiple of 32 for the rotary write, got {dim}")
-    if num_q_heads < 1:
-        raise ValueError(f"num_q_heads must be >= 1, got {num_q_heads}")
+    if not 1 <= num_q_heads <= 65535:
+        raise ValueError(f"num_q_heads must be in [1, 65535], got {num_q_heads}")
     cols = (num_q_heads + 2 * heads) * dim
     if qkv.dim() != 2 or qkv.shape[1] != cols:
         raise ValueError(f"qkv must be [num_tokens, {cols}] ((num_q_heads + 2 * num_kv_heads) * head_dim), "
@@ -104,6 +104,8 @@ def check_rotary(qkv, cos, sin, k_cache, v_cache, num_q_heads, read_memory: bool
             raise ValueError(f"{name} must be [{qkv.shape[0]}, {dim}] (num_tokens, head_dim), got {tuple(t.shape)}")
         if t.dtype != qkv.dtype:
             raise TypeError(f"{name} must have qkv's dtype {qkv.dtype}, got {t.dtype}")
+    if read_memory:
+        check_apart_from_pools(qkv, "qkv", k_cache, v_cache)
 
 
 def kv_cache_write_rotary(qkv, cos, sin, k_cache, v_cache, slot_mapping, k_scale, v_scale, num_q_heads):

@@ -37,11 +37,25 @@ F32_MAX = torch.finfo(torch.float32).max
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two contiguous tensors share bytes (views of one buffer)."""
+    """Whether the bytes two views of one buffer span intersect (exact for
+    contiguous tensors; tensor_checks.h's spans_intersect for strided ones)."""
     if not a.numel() or not b.numel() or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
         return False
-    a0, b0 = a.data_ptr(), b.data_ptr()
-    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
+
+    def span(t):
+        last = sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+        return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
+
+
+def check_apart_from_pools(t: torch.Tensor, name: str, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    """The CUDA write reads its input while it stores into the pools, unordered:
+    an input inside a pool (tokens moved within the cache) would race."""
+    for pool_name, pool in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if _overlap(t, pool):
+            raise ValueError(f"{name} and {pool_name} must not overlap in memory")
 
 
 def _check_tensor(t, name: str) -> None:
@@ -121,6 +135,8 @@ def check_write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale, read_val
     check_scale(v_scale, "v_scale", heads, k_cache.device, read_values)
     if not read_values:
         return
+    check_apart_from_pools(k, "k", k_cache, v_cache)
+    check_apart_from_pools(v, "v", k_cache, v_cache)
     kept = slot_mapping[slot_mapping >= 0]
     if kept.numel() != kept.unique().numel():
         raise ValueError("slot_mapping must not give a slot twice (-1 excepted): which token would land is not defined")
