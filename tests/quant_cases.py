@@ -44,3 +44,18 @@ def same_bits(got, want):
     if got.element_size() == 1:
         got, want = got.view(torch.uint8), want.view(torch.uint8)
     return torch.equal(got[~nan], want[~nan])
+
+
+NEGATIVE_NAN_BITS = {torch.float32: (torch.int32, -0x400000), torch.float16: (torch.int16, -0x200),
+                     torch.bfloat16: (torch.int16, -0x40)}  # 0xFFC00000, 0xFE00, 0xFFC0
+
+
+def input_with_signed_nans(dtype, seed):
+    """random_input (5, 300) with a negative NaN in column 7 and a positive one in
+    column 100 of every row: their codes must be 0xFF and 0x7F."""
+    x = random_input((5, 300), dtype, seed)
+    int_type, bits = NEGATIVE_NAN_BITS[dtype]
+    x.view(int_type)[:, 7] = bits
+    x[:, 100] = float("nan")
+    assert x[0, 7].isnan() and torch.signbit(x[0, 7]) and not torch.signbit(x[0, 100])
+    return x

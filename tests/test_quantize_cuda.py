@@ -6,7 +6,7 @@ import torch
 from fp8ext import ScalingState, quantize
 from fp8ext.recipes import DelayedScaling
 from cuda_kernels import kernels_run
-from quant_cases import DTYPES, FP8, random_input
+from quant_cases import DTYPES, FP8, input_with_signed_nans, random_input
 
 pytestmark = pytest.mark.gpu
 
@@ -34,10 +34,6 @@ def test_cuda_matches_cpu(op, dtype, fp8, shape, seed):
         assert s.stride() == s_cpu.stride() and torch.equal(s.cpu(), s_cpu)
 
 
-NEGATIVE_NAN_BITS = {torch.float32: (torch.int32, -0x400000), torch.float16: (torch.int16, -0x200),
-                     torch.bfloat16: (torch.int16, -0x40)}  # 0xFFC00000, 0xFE00, 0xFFC0
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("fp8", FP8, ids=str)
 def test_cuda_keeps_a_negative_nans_sign_as_the_cpu(dtype, fp8, seed):
@@ -46,11 +42,7 @@ def test_cuda_keeps_a_negative_nans_sign_as_the_cpu(dtype, fp8, seed):
     the kernels' exact path used to encode. PyTorch's vectorised bf16 arithmetic makes
     such NaNs (0xFFFF). One negative and one positive NaN per row, scales on the fast
     division's path and off it."""
-    x = random_input((5, 300), dtype, seed)
-    int_type, bits = NEGATIVE_NAN_BITS[dtype]
-    x.view(int_type)[:, 7] = bits
-    x[:, 100] = float("nan")
-    assert x[0, 7].isnan() and torch.signbit(x[0, 7]) and not torch.signbit(x[0, 100])
+    x = input_with_signed_nans(dtype, seed)
     for op in OPS:
         q, _ = getattr(torch.ops.fp8ext, op)(x.cuda(), fp8, 0, False, 16)
         assert same_bits(q, getattr(torch.ops.fp8ext, op)(x, fp8, 0, False, 16)[0]), op

@@ -19,6 +19,16 @@ def fp8_max(dtype: torch.dtype) -> float:
     return 448.0 if dtype == torch.float8_e4m3fn else 57344.0
 
 
+def to_f32(x: torch.Tensor) -> torch.Tensor:
+    """x.float() with a float16 NaN's sign kept, as the native ops and the
+    kernels keep it: torch's scalar float16 conversion (tensors of a few
+    elements) gives every NaN the positive sign."""
+    f = x.float()
+    if x.dtype != torch.float16:
+        return f
+    return torch.where(f.isnan() & (x.view(torch.int16) < 0), f.abs().neg(), f)
+
+
 def div_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """IEEE float32 a / b (correctly rounded) via float64."""
     return (a.double() / b.double()).float()
@@ -48,7 +58,7 @@ def scale_from_amax(amax: torch.Tensor, dtype: torch.dtype, margin: int, power_o
 
 def saturating_cast(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     m = fp8_max(dtype)
-    return v.float().clamp(-m, m).to(dtype)
+    return to_f32(v).clamp(-m, m).to(dtype)
 
 
 def pad_cols(q: torch.Tensor, pad_k_to: int) -> torch.Tensor:
@@ -71,7 +81,7 @@ _OVERFLOW = {torch.float8_e4m3fn: (464.0, False, 0x7F), torch.float8_e5m2: (6144
 
 
 def nonsaturating_cast(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    f = v.float()
+    f = to_f32(v)
     mid, tie_overflows, code = _OVERFLOW[dtype]
     a = f.abs()
     over = (a > mid) | (a == mid) if tie_overflows else a > mid
@@ -85,7 +95,7 @@ def cast_to_fp8(x, dtype, saturate):
 
 
 def quantize_with_scale(x, scale, dtype, pad_k_to):
-    return pad_cols(saturating_cast(div_f32(x.float(), scale.float()), dtype), pad_k_to)
+    return pad_cols(saturating_cast(div_f32(to_f32(x), scale.float()), dtype), pad_k_to)
 
 
 def quantize_per_tensor(x, dtype, margin, power_of_two, pad_k_to):
@@ -109,13 +119,13 @@ def quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
     m, k = x.shape
     amax = amax_finite(x, dim=1) if k else torch.zeros(m, device=x.device)
     s = scale_from_amax(amax, dtype, margin, power_of_two)
-    return pad_cols(saturating_cast(div_f32(x.float(), s[:, None]), dtype), pad_k_to), s
+    return pad_cols(saturating_cast(div_f32(to_f32(x), s[:, None]), dtype), pad_k_to), s
 
 
 def _pad_to_groups(x: torch.Tensor, rows_to: int, cols_to: int) -> torch.Tensor:
     m, k = x.shape
     out = torch.zeros(-(-m // rows_to) * rows_to, -(-k // cols_to) * cols_to, dtype=torch.float32, device=x.device)
-    out[:m, :k] = x.float()
+    out[:m, :k] = to_f32(x)
     return out
 
 
