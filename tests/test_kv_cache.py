@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import fp8ext
 from fp8ext.kv_cache import (BLOCKS_PER_SM, MIN_TOKENS_PER_SPLIT, PagedKVCache, UnknownSequenceError, bytes_per_token,
                               capacity_tokens, plan_splits)
+from fp8ext.ops import kv_cache_reference as ref
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 
@@ -511,3 +512,57 @@ def test_compiles_fullgraph(seed):
     eager = step(q, k, v, slots)
     compiled = torch.compile(step, fullgraph=True, backend="aot_eager")(q, k, v, slots)
     assert torch.equal(compiled, eager)
+
+
+# ---- the reference's properties the GPU tests hold the kernels to (tests/test_kv_cache_cuda.py) ----------------------
+# There they are checked only where a GPU runs; here CI pins them on the reference itself.
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_reference_with_very_negative_scores_gives_the_mean_of_v(num_splits):
+    """Every score -128 (a log-sum-exp near -180): softmax is shift-invariant, so each
+    output is the mean of its sequence's V, not 0 (the merge bug of session 7)."""
+    from test_kv_cache_cuda import random_pool, scattered_tables
+    page_size, heads, dim, lengths = 16, 2, 128, [200, 37]
+    table, lens = scattered_tables(lengths, page_size, 40)
+    k_pool = torch.ones(40, page_size, heads, dim).to(E4M3)
+    v_pool = random_pool(40, page_size, heads, dim, E4M3)
+    got = ref.paged_decode_attention(-torch.ones(2, 8, dim), k_pool, v_pool, table, lens, torch.tensor(1.0),
+                                     torch.tensor(1.0), 1.0, num_splits, 0, 0.0)
+    for b, n in enumerate(lengths):
+        v = torch.stack([v_pool[table[b, t // page_size], t % page_size] for t in range(n)]).double()
+        want = v.mean(0).repeat_interleave(4, dim=0)  # [heads * 4 query heads, dim]
+        assert torch.allclose(got[b].double(), want, rtol=1e-5, atol=1e-6), b
+
+
+@pytest.mark.parametrize("dtype,dim", [(torch.bfloat16, 64), (E4M3, 128), (E5M2, 128)], ids=str)
+def test_reference_puts_nan_only_where_a_nan_is_attended(dtype, dim, seed):
+    """A NaN key reaches its KV head's query heads of its sequence only; a NaN query only
+    its own head; the others stay finite."""
+    from test_kv_cache_cuda import random_pool, scattered_tables
+    page_size, heads = 16, 2
+    table, lens = scattered_tables([40, 40, 40, 40], page_size, 16)
+    k_pool, v_pool = (random_pool(16, page_size, heads, dim, dtype) for _ in range(2))
+    k_pool[table[1, 1], 3, 0, 5] = float("nan")  # sequence 1, token 19, KV head 0
+    q = torch.randn(4, 4, dim)
+    q[3, 2, 0] = float("nan")  # sequence 3, query head 2
+    one = torch.ones(())
+    got = ref.paged_decode_attention(q, k_pool, v_pool, table, lens, one, one, 0.125, 1, 0, 0.0)
+    nan = torch.zeros(4, 4, dtype=torch.bool)
+    nan[1, :2] = nan[3, 2] = True
+    assert torch.equal(torch.isnan(got).any(-1), nan)
+    assert torch.isnan(got[nan]).all() and torch.isfinite(got[~nan]).all()
+
+
+@pytest.mark.parametrize("dtype,dim", [(E4M3, 128), (torch.bfloat16, 64), (torch.float16, 256)], ids=str)
+@pytest.mark.parametrize("window,softcap", [(0, 0.0), (100, 0.0), (45, 30.0)])
+def test_reference_never_reads_where_a_sequence_does_not_attend(dtype, dim, window, softcap, seed):
+    """NaN past each length and before the window's start changes nothing, bit for bit."""
+    from test_kv_cache_cuda import poison_unattended, random_pool, scattered_tables
+    page_size, heads, lengths = 16, 2, [37, 300, 5]
+    table, lens = scattered_tables(lengths, page_size, 32)
+    k_pool, v_pool = (random_pool(32, page_size, heads, dim, dtype) for _ in range(2))
+    q = torch.randn(len(lengths), 4, dim)
+    args = (table, lens, torch.rand(heads) + 0.2, torch.tensor(0.7), dim ** -0.5, 3, window, softcap)
+    want = ref.paged_decode_attention(q, k_pool, v_pool, *args)
+    k_bad, v_bad = (poison_unattended(p, table, lengths, window, page_size) for p in (k_pool, v_pool))
+    assert torch.equal(ref.paged_decode_attention(q, k_bad, v_bad, *args), want)
+    assert torch.isfinite(want).all()
