@@ -139,3 +139,54 @@ def test_the_gpu_tests_slice_check_catches_one_wrong_store_the_whole_error_misse
     bad[500, 96:104] = 0
     assert rel_error(bad, want) < TOLERANCE[torch.bfloat16]
     assert worst_slice_error(bad, want) > SLICE_TOLERANCE[torch.bfloat16]
+
+
+# What tests/test_scaled_mm_cuda.py holds every kernel to, on the CPU path (also the CUDA
+# fallback's), where CI runs it.
+def test_non_finite_codes_scales_and_bias_poison_their_rows_and_columns_only(seed):
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, bias = operands(9, 264, 512, "cpu", bias_dtype=torch.bfloat16, generator=g)
+    a[2, 5] = float("nan")
+    sa[6] = float("nan")
+    b[7, 9] = float("nan")
+    sb[100] = float("nan")
+    bias[200] = float("nan")
+    d = fp8ext.scaled_mm(a, b, sa, sb, bias=bias)
+    bad = torch.zeros(9, 264, dtype=torch.bool)
+    bad[[2, 6]] = True
+    bad[:, [7, 100, 200]] = True
+    assert torch.equal(torch.isnan(d), bad)
+    assert rel_error(d[~bad], reference(a, b, sa, sb, bias)[~bad]) < CPU_TOLERANCE[torch.bfloat16]
+
+
+def test_fp16_output_overflows_to_inf():
+    """Past 65504 fp16 output is +-inf (the reference's cast, cuBLAS, torch.matmul), never saturated."""
+    a = torch.full((3, 512), 448.0).to(F8)
+    b = torch.full((6, 512), 0.25)
+    b[::3] = 448.0
+    b[1::3] = -448.0
+    one = torch.ones(())
+    d = fp8ext.scaled_mm(a, b.to(F8), one, one, out_dtype=torch.float16)
+    assert (d[:, 0::3] == float("inf")).all() and (d[:, 1::3] == float("-inf")).all()
+    assert (d[:, 2::3] == 57344).all()
+
+
+@pytest.mark.parametrize("layout", ["offset", "expanded", "transposed", "strided_scales"])
+def test_operand_and_scale_layouts_give_the_contiguous_result(layout, seed):
+    g = torch.Generator().manual_seed(seed)
+    a, b, sa, sb, _ = operands(7, 40, 96, "cpu", generator=g)
+    want = fp8ext.scaled_mm(a, b, sa, sb)
+    if layout == "offset":  # rows 112 bytes apart, starting 8 bytes into the buffer
+        a2 = torch.empty(7, 112, dtype=F8)[:, 8:104]
+        a2.copy_(a)
+        b2 = b
+    elif layout == "expanded":  # one row of A repeated: compared with that row copied
+        a2, b2 = a[:1].expand(7, 96), b
+        want = fp8ext.scaled_mm(a[:1].repeat(7, 1), b, sa, sb)
+    elif layout == "transposed":
+        a2, b2 = a.t().contiguous().t(), b.t().contiguous().t()
+    else:
+        a2, b2 = a, b
+        sa, sb = torch.stack([sa, sa], 1)[:, 0], torch.stack([sb, sb], 1)[:, 1]  # stride 2 views
+        assert sa.stride() == (2,)
+    assert torch.equal(fp8ext.scaled_mm(a2, b2, sa, sb), want)
