@@ -50,8 +50,8 @@ def test_recipes_are_frozen_and_replace_validates():
     (dict(margin=65), "margin"),
     (dict(activation_mode="delayed", activation_granularity="per_token"), "activation_granularity"),
     (dict(activation_mode="static", activation_granularity="per_token"), "activation_granularity"),
-    (dict(weight_granularity="block"), "block"),
-    (dict(activation_granularity="group"), "block"),
+    (dict(weight_granularity="block"), "go together"),
+    (dict(activation_granularity="group"), "go together"),
     (dict(weight_format="fp16"), "fmt"),
 ])
 def test_validation(kwargs, match):
