@@ -134,9 +134,10 @@ def test_bad_arguments_raise_clear_errors(device):
     huge = 2**59 + 4
     one = torch.ones((), device=device)
     with pytest.raises(ValueError, match=r"num_q_heads must be in \[1, 65535\]"):
-        torch.ops.fp8ext.kv_cache_write_rotary(torch.zeros(3, 256, device=device), cos[:, :32].float(),
-                                               sin[:, :32].float(), *(torch.zeros(4, 16, 2, 32, device=device)
-                                                                      for _ in range(2)), slots, one, one, huge)
+        torch.ops.fp8ext.kv_cache_write_rotary(torch.zeros(3, 256, device=device, dtype=torch.bfloat16),
+                                               cos[:, :32], sin[:, :32],
+                                               *(torch.zeros(4, 16, 2, 32, device=device, dtype=torch.bfloat16)
+                                                 for _ in range(2)), slots, one, one, huge)
     with pytest.raises(ValueError, match="cos must be"):
         cache.write_rotary(0, qkv, 4, cos[:, :32], sin, slots)
     with pytest.raises(TypeError, match="sin must have qkv's dtype"):
