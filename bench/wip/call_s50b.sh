@@ -3,6 +3,7 @@
 # build folder into its own --target (kv-write-loads-first -> /tmp/kvl, padded-copy-narrow-rows ->
 # /tmp/pad), its GPU tests run on it, then the bench on main and the patch in alternating processes.
 #   run(command="FP8EXT_COMMIT=<sha> CALL_BUDGET=560 bash bench/wip/call_s50b.sh", carry=[".whl", ".data"], timeout_s=580)
+# (Both patches were measured and rejected in session 50; they are at 963046f. As a template: change the names.)
 R=$PWD
 B=${CALL_BUDGET:-560}
 left() { echo $((B - SECONDS)); }
