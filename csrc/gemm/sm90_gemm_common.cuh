@@ -71,7 +71,8 @@ CUTLASS_DEVICE void queue_k_tile_mmas(TiledMma& tiled_mma, FragA const& tCrA, Fr
 // sticky error (a kernel before it faulted) is still in the runtime and is
 // returned as it is; a refused launch's reason is not (GemmUniversalAdapter::run
 // reads and clears it), so it becomes kGemmLaunchRefused (fp8ext/scaled_mm.h),
-// not "unspecified launch failure", which reads as a crash.
+// not "unspecified launch failure", which reads as a crash. (run_gemm returns an
+// error already pending before the launch itself: run() would fail on it too.)
 inline cudaError_t refusal(cutlass::Status) { return cudaErrorInvalidValue; }
 inline cudaError_t launch_result(cutlass::Status status) {
   const cudaError_t err = cudaGetLastError();
@@ -143,6 +144,9 @@ cudaError_t run_gemm(const typename Gemm::Arguments& args, void* workspace, cuda
     });
     if (err != cudaSuccess) return err;
   }
+  // An error left pending by other code would make run() report a failure after
+  // enqueuing the kernel, which launch_result could not tell from a refused launch.
+  if (const cudaError_t pending = cudaPeekAtLastError(); pending != cudaSuccess) return pending;
   return launch_result(gemm.run(stream, nullptr, pdl_enabled()));
 }
 

@@ -240,6 +240,33 @@ FP8EXT_TEST(refuses_what_the_kernels_cannot_run) {
   refused(p);
 }
 
+FP8EXT_TEST(an_error_pending_before_a_cutlass_launch_is_returned_as_it_is) {
+  // An error another library left in the runtime (here a cudaSetDevice to a device that does not
+  // exist) made CUTLASS's run() fail after enqueuing the kernel: it came back as kGemmLaunchRefused,
+  // "CUDA refused the launch", and split-K skipped its reduce. Now it is returned before the launch.
+  test::require_gpu();
+  const Operands o = make_operands(64, 136, 128, Fp8Format::kE4M3, Fp8Format::kE4M3, true, true, 7);
+  DeviceBuffer<uint8_t> da(o.a.size()), db(o.b.size()), dd(o.m * o.n * 2);
+  DeviceBuffer<float> dsa(o.sa.size()), dsb(o.sb.size());
+  da.upload(o.a);
+  db.upload(o.b);
+  dsa.upload(o.sa);
+  dsb.upload(o.sb);
+  const cuda::ScaledMmProblem p{da.ptr, Fp8Format::kE4M3, o.k, db.ptr, Fp8Format::kE4M3, o.k, o.m, o.n, o.k,
+                                dsa.ptr, true, dsb.ptr, true, nullptr, dd.ptr, DType::kBFloat16, o.n};
+  int count = 0;
+  CUDA_OK(cudaGetDeviceCount(&count));
+  for (GemmConfig config : {GemmConfig::kLarge, GemmConfig::kSwapSmall}) {
+    const size_t ws_bytes = cuda::scaled_mm_workspace_bytes(p, config);
+    DeviceBuffer<uint8_t> ws(ws_bytes);
+    EXPECT_EQ(int(cudaSetDevice(count + 5)), int(cudaErrorInvalidDevice));  // leaves its error pending
+    EXPECT_EQ(int(cuda::scaled_mm(p, config, ws.ptr, ws_bytes, nullptr)), int(cudaErrorInvalidDevice));
+    EXPECT_EQ(int(cudaGetLastError()), int(cudaErrorInvalidDevice));  // still there for its owner
+    CUDA_OK(cuda::scaled_mm(p, config, ws.ptr, ws_bytes, nullptr));     // nothing pending: it runs
+    CUDA_OK(cudaDeviceSynchronize());
+  }
+}
+
 FP8EXT_TEST(auto_config_buckets) {
   // Host-side logic: runs without a GPU.
   alignas(16) static uint8_t buf[16];
