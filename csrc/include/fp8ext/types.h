@@ -1,5 +1,10 @@
 // Plain types of the torch-free kernel library: element types and 2-D views
 // described by pointer, shape and row stride (in elements).
+//
+// Every launcher of the library (scaled_mm.h, quantize_cuda.h, paged_kv_cuda.h, ...)
+// runs on the current CUDA device: the stream and the pointers it is given must
+// belong to it (SM count, shared-memory opt-ins and workspace sizes are that
+// device's). The torch ops set the device from their tensors.
 #pragma once
 
 #include <cstdint>
