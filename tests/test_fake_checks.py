@@ -286,3 +286,46 @@ def test_dynamic_shapes_still_check_what_reads_no_sizes(bad, match):
     with pytest.raises(Exception, match=match):
         f(x_of())
     assert not graphs
+
+
+def cuda_only_cases():
+    """Limits of the CUDA kernels alone (the CPU op takes these): the fake of a CUDA call
+    must refuse them as the CUDA op does (csrc/torch/cuda), with its message. Each case
+    builds its arguments when called (inside FakeTensorMode: no GPU needed)."""
+    bf16 = torch.bfloat16
+
+    def attention(dim=64, q_heads=4, pages=4, page_size=16):
+        def build():
+            kc = torch.empty(pages, page_size, 2, dim, dtype=F8, device="cuda")
+            one = torch.ones((), device="cuda")
+            return (torch.empty(2, q_heads, dim, dtype=bf16, device="cuda"), kc, kc.clone(),
+                    torch.zeros(2, 3, dtype=torch.int32, device="cuda"),
+                    torch.ones(2, dtype=torch.int32, device="cuda"), one, one, 0.1, 1, 0, 0.0)
+        return build
+
+    def write():
+        k = torch.empty(3, 2, 40, dtype=bf16, device="cuda")
+        kc = torch.empty(4, 16, 2, 40, dtype=F8, device="cuda")
+        one = torch.ones((), device="cuda")
+        return k, k, kc, kc.clone(), torch.zeros(3, dtype=torch.long, device="cuda"), one, one
+
+    yield "decode head_dim 96", ops.paged_decode_attention, attention(dim=96), "head_dim must be 64, 128 or 256 on CUDA"
+    yield "decode head_dim 40", ops.paged_decode_attention, attention(dim=40), "multiple of 16"
+    yield "decode 65536 q heads", ops.paged_decode_attention, attention(q_heads=65536), "at most 65535 heads"
+    yield "decode 2^31 tokens", ops.paged_decode_attention, attention(pages=2**27), "fewer than 2\\^31"
+    yield "write head_dim 40", ops.kv_cache_write, write, "multiple of 16"
+    yield "128x128 blocks past 65535 block rows", ops.quantize_per_block, lambda: (
+        torch.empty(65535 * 128 + 1, 16, dtype=bf16, device="cuda"), F8, 0, False, 0), "65535 blocks of 128"
+
+
+CUDA_ONLY = list(cuda_only_cases())
+
+
+@pytest.mark.parametrize("case", CUDA_ONLY, ids=[c[0] for c in CUDA_ONLY])
+def test_fakes_of_cuda_calls_refuse_the_cuda_kernels_limits(case):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    _, op, build, match = case
+    with FakeTensorMode():  # CUDA tensors without a GPU: shapes, dtypes and devices only
+        args = build()
+        with pytest.raises(ValueError, match=match):
+            op(*args)

@@ -18,6 +18,8 @@ from fp8ext.ops.gemm_reference import check_blockwise_args, check_scaled_mm_args
 from fp8ext.ops.reference import GROUP, GROUP_SCALE_ROW_ALIGN
 
 
+MAX_CUDA_BLOCK_ROWS = 65535 * 128  # the 128x128 quantize kernel's grid.y (quantize_ops_cuda.cpp)
+
 # op name -> its fake with the device check, which ops/cuda_fallback.py also
 # runs before the reference path, so the fallback refuses what the fakes refuse.
 CHECKED = {}
@@ -166,6 +168,9 @@ def _quantize_per_group(x, dtype, margin, power_of_two, pad_k_to):
 @_fake("fp8ext::quantize_per_block")
 def _quantize_per_block(x, dtype, margin, power_of_two, pad_k_to):
     _check_quantize(x, dtype, margin, pad_k_to)
+    if x.device.type == "cuda" and _concrete(x) and x.shape[0] > MAX_CUDA_BLOCK_ROWS:
+        raise ValueError(f"quantize_per_block: x must have at most {MAX_CUDA_BLOCK_ROWS} rows (65535 blocks of 128) "
+                         f"on CUDA, got {x.shape[0]}")
     m, k = x.shape
     return _q(x, dtype, pad_k_to), _f32(x, (-(-m // GROUP), -(-k // GROUP)))
 

@@ -81,6 +81,8 @@ def check_cache(k_cache, v_cache, read_memory: bool = True) -> None:
                         f"got {k_cache.dtype} on {k_cache.device.type}")
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("k_cache and v_cache must be contiguous")
+    if k_cache.device.type == "cuda" and k_cache.shape[3] % 16:  # the kernels' 16-element pieces
+        raise ValueError(f"head_dim must be a positive multiple of 16, got {k_cache.shape[3]}")
     if not read_memory:
         return
     if k_cache.numel() and k_cache.data_ptr() == v_cache.data_ptr():
@@ -195,6 +197,23 @@ def check_attention(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale
         raise ValueError(f"softcap must be finite and >= 0 (0: none; finite in float32), got {softcap}")
     if q.shape[0] > 65535:
         raise ValueError(f"batch must be at most 65535, got {q.shape[0]}")
+    if k_cache.device.type == "cuda":
+        _check_cuda_attention(q, k_cache)
+
+
+def _check_cuda_attention(q, k_cache) -> None:
+    """The CUDA kernel's own limits (csrc/torch/cuda/kv_cache_cuda.cpp), so a fake
+    of a CUDA call (torch.compile) refuses what the kernel will."""
+    pages, page_size, _, dim = k_cache.shape
+    if dim not in (64, 128, 256):
+        raise ValueError(f"head_dim must be 64, 128 or 256 on CUDA, got {dim}")
+    if q.shape[1] > 65535:
+        raise ValueError(f"q must have at most 65535 heads on CUDA, got {q.shape[1]}")
+    if page_size > 2**31 - 1:
+        raise ValueError(f"k_cache's page_size must be below 2^31 on CUDA, got {page_size}")
+    if pages * page_size > 2**31 - 1:
+        raise ValueError(f"k_cache must hold fewer than 2^31 tokens (num_pages x page_size) on CUDA, got "
+                         f"{pages * page_size}")
 
 
 def check_softmax_scale(softmax_scale) -> None:
