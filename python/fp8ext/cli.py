@@ -91,7 +91,7 @@ def main(argv=None) -> int:
                          help="folder for serve.json (rewritten: give each part of a split sweep its own)")
     p_serve.add_argument("--quick", action="store_true", help="batch 1 and 64 at context 4096 only")
     p_serve.add_argument("--layers", type=_positive_int, default=32, help="decoder layers (32: the real depth)")
-    p_serve.add_argument("--budget-gb", type=_budget_gb, default=80.0, help="memory budget for the max-batch column")
+    p_serve.add_argument("--budget-gb", type=_budget_gb, default=80.0, help="memory budget for the max-batch column, in GiB (2^30 bytes)")
     p_serve.add_argument("--batches", type=_positive_int, nargs="+",
                          help="batch sizes (default: the full sweep's 1 8 32 64 128 256)")
     p_serve.add_argument("--contexts", type=_positive_int, nargs="+",
