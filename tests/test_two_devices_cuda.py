@@ -11,6 +11,7 @@ import torch
 
 import fp8ext
 from fp8ext.recipes import BlockWise, CurrentScaling, RowWise
+from cuda_graphs import capture
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs (device kind nvidia-h100-x2)")]
@@ -88,14 +89,7 @@ def test_a_graph_captured_on_the_second_gpu_replays_the_firsts_bits():
     first = on("cuda:0")
     with torch.cuda.device(1):
         inputs = make_inputs("cuda:1")
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            run_ops(inputs)  # warm-up outside the graph
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = run_ops(inputs)
+        graph, out = capture(lambda: run_ops(inputs))
         for t in out.values():  # so the replay must write every output again
             poison(t)
         graph.replay()
