@@ -13,6 +13,7 @@ import fp8ext
 from fp8ext.kv_cache import (BLOCKS_PER_SM, MIN_TOKENS_PER_SPLIT, PagedKVCache, UnknownSequenceError, bytes_per_token,
                               capacity_tokens, plan_splits)
 from fp8ext.ops import kv_cache_reference as ref
+from test_kv_cache_cuda import poison_unattended, random_pool, scattered_tables  # (helpers only)
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 
@@ -520,7 +521,6 @@ def test_compiles_fullgraph(seed):
 def test_reference_with_very_negative_scores_gives_the_mean_of_v(num_splits):
     """Every score -128 (a log-sum-exp near -180): softmax is shift-invariant, so each
     output is the mean of its sequence's V, not 0 (the merge bug of session 7)."""
-    from test_kv_cache_cuda import random_pool, scattered_tables
     page_size, heads, dim, lengths = 16, 2, 128, [200, 37]
     table, lens = scattered_tables(lengths, page_size, 40)
     k_pool = torch.ones(40, page_size, heads, dim).to(E4M3)
@@ -537,7 +537,6 @@ def test_reference_with_very_negative_scores_gives_the_mean_of_v(num_splits):
 def test_reference_puts_nan_only_where_a_nan_is_attended(dtype, dim, seed):
     """A NaN key reaches its KV head's query heads of its sequence only; a NaN query only
     its own head; the others stay finite."""
-    from test_kv_cache_cuda import random_pool, scattered_tables
     page_size, heads = 16, 2
     table, lens = scattered_tables([40, 40, 40, 40], page_size, 16)
     k_pool, v_pool = (random_pool(16, page_size, heads, dim, dtype) for _ in range(2))
@@ -556,7 +555,6 @@ def test_reference_puts_nan_only_where_a_nan_is_attended(dtype, dim, seed):
 @pytest.mark.parametrize("window,softcap", [(0, 0.0), (100, 0.0), (45, 30.0)])
 def test_reference_never_reads_where_a_sequence_does_not_attend(dtype, dim, window, softcap, seed):
     """NaN past each length and before the window's start changes nothing, bit for bit."""
-    from test_kv_cache_cuda import poison_unattended, random_pool, scattered_tables
     page_size, heads, lengths = 16, 2, [37, 300, 5]
     table, lens = scattered_tables(lengths, page_size, 32)
     k_pool, v_pool = (random_pool(32, page_size, heads, dim, dtype) for _ in range(2))
