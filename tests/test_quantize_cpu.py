@@ -60,6 +60,14 @@ def test_a_nans_sign_is_kept_in_its_code(dtype, fp8, seed):
             # float16 NaN used to lose its sign in the reference.
             codes = fn(x[:1, 6:9].contiguous()).view(torch.uint8)
             assert codes[0, 1] == 0xFF, (name, path, "3 elements")
+    # A caller's negative-NaN scale (quantize_with_scale, a delayed state): x86 passes the NaN
+    # operand through, so every finite x gets 0xFF; a NaN x keeps its own sign.
+    nan_scale = torch.tensor(-0x400000, dtype=torch.int32).view(torch.float32)
+    for path, fn in (("native", torch.ops.fp8ext.quantize_with_scale), ("reference", ref.quantize_with_scale)):
+        codes = fn(x, nan_scale, fp8, 0).view(torch.uint8)
+        assert (codes[:, 100] == 0x7F).all(), path
+        codes[:, 100] = 0xFF
+        assert (codes == 0xFF).all(), path
 
 
 @pytest.mark.parametrize("fp8", FP8, ids=str)

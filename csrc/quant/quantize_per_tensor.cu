@@ -80,6 +80,7 @@ __device__ __forceinline__ void prefetch_first_step(const Input<T>& in, int64_t 
 // in block-sized windows so no entry is overwritten before it has been read.
 __device__ void roll_history(float newest, float* history, int64_t len, float* scale, const ScaleRule& rule,
                              bool use_history_max, float* smem) {
+  if (len <= 0) return;  // no history: both left alone, as the CPU op leaves them (uniform across the block)
   float hmax = 0.0f;
   for (int64_t hi = len - 1; hi >= 1; hi -= blockDim.x) {
     const int64_t i = hi - threadIdx.x;

@@ -170,6 +170,32 @@ FP8EXT_TEST(cuda_delayed_history_matches_cpu) {
   }
 }
 
+// A history of length 0: the CPU op quantizes with *scale and leaves the history
+// and *scale alone; the kernel wrote history[0] (past a zero-length buffer) and
+// *scale (helper-56). The float after the history is a canary.
+FP8EXT_TEST(cuda_delayed_with_no_history_leaves_history_and_scale_alone) {
+  require_gpu();
+  const std::vector<float> x = random_matrix(5, 300, 3);
+  DeviceBuffer<float> dx(x.size()), dh(1), ds(1), used(1), work(cuda::kAmaxWorkspaceFloats);
+  DeviceBuffer<uint8_t> dq(x.size());
+  dx.upload(x);
+  dh.upload(std::vector<float>{-7.0f});
+  ds.upload(std::vector<float>{0.25f});
+  const ScaleRule rule{Fp8Format::kE4M3, 0, false};
+  std::vector<uint8_t> q(x.size());
+  float used_cpu = 0, scale_cpu = 0.25f, hist_cpu = -7.0f;
+  cpu::quantize_delayed(ConstMatrix{x.data(), DType::kFloat32, 5, 300, 300}, rule, true, &hist_cpu, 0, &scale_cpu,
+                        Fp8Matrix{q.data(), Fp8Format::kE4M3, 5, 300, 300}, &used_cpu);
+  CUDA_OK(cuda::quantize_delayed(ConstMatrix{dx.ptr, DType::kFloat32, 5, 300, 300}, rule, true, dh.ptr, 0, ds.ptr,
+                                 Fp8Matrix{dq.ptr, Fp8Format::kE4M3, 5, 300, 300}, used.ptr, work.ptr, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(dh.download()[0], -7.0f);
+  EXPECT_EQ(ds.download()[0], 0.25f);
+  EXPECT_EQ(scale_cpu, 0.25f);
+  EXPECT_EQ(used.download()[0], used_cpu);
+  EXPECT_TRUE(dq.download() == q);
+}
+
 // ZeroedAmaxSlots (quantize_cuda.h): the two passes take the amax in the slot
 // handed to them and zero the other, which starts as garbage here; the calls
 // alternate slots without a sync, the amax falling 16x a step, so a slot left

@@ -55,7 +55,8 @@ cudaError_t quantize_per_tensor(const ConstMatrix& x, const ScaleRule& rule, con
                                 ZeroedAmaxSlots* slots = nullptr);
 
 // Delayed scaling: one pass quantizes with *scale and reduces this tensor's amax;
-// the last block to finish rolls the history and recomputes *scale.
+// the last block to finish rolls the history and recomputes *scale (a history_len
+// of 0 leaves both alone, as the CPU op does).
 cudaError_t quantize_delayed(const ConstMatrix& x, const ScaleRule& rule, bool use_history_max,
                              float* amax_history, int64_t history_len, float* scale,
                              const Fp8Matrix& q, float* scale_used, float* amax_workspace,

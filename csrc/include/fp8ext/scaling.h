@@ -68,16 +68,17 @@ FP8EXT_HD float fast_quotient(float x, float s, float r) {
   return fmaf(fmaf(-q0, s, x), r, q0);
 }
 
-// x / s rounded once, with a NaN x passed through as it is, sign included:
-// what the CPU reference gets from x86, where CUDA's division would return its
-// one canonical positive NaN. The sign shows in the FP8 code (0xFF against
-// 0x7F), and PyTorch's vectorised bf16 arithmetic does make negative NaNs
-// (0xFFFF), so the FP8 encodes' IEEE divisions go through this. A NaN the
-// division makes (0/0, Inf/Inf) stays CUDA's positive one, where x86 gives a
-// negative default NaN: only a caller's scale of 0 or Inf gets there.
+// x / s rounded once, with a NaN operand passed through as it is, sign
+// included (x's if both are NaN): what the CPU reference gets from x86, where
+// CUDA's division would return its one canonical positive NaN. The sign shows
+// in the FP8 code (0xFF against 0x7F), and PyTorch's vectorised bf16 arithmetic
+// does make negative NaNs (0xFFFF), so the FP8 encodes' IEEE divisions go
+// through this. A NaN the division makes (0/0, Inf/Inf) stays CUDA's positive
+// one, where x86 gives a negative default NaN: only a caller's scale of 0 or
+// Inf gets there.
 FP8EXT_HD float ieee_quotient(float x, float s) {
 #if defined(__CUDA_ARCH__)
-  return x != x ? x : __fdiv_rn(x, s);
+  return x != x ? x : s != s ? s : __fdiv_rn(x, s);
 #else
   return x / s;
 #endif
