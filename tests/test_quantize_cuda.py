@@ -57,14 +57,12 @@ def test_cuda_keeps_a_negative_nans_sign_as_the_cpu(dtype, fp8, seed):
     assert (codes[:, 7] == 0xFF).all() and (codes[:, 100] == 0x7F).all()
     # A caller's negative-NaN scale: CUDA's division returned its positive NaN (0x7F) where x86
     # passes the scale through (0xFF), in the exact path every NaN scale takes (helper-56).
-    # (Raw bytes: same_bits takes any NaN code for any other.)
     s = torch.tensor(-0x400000, dtype=torch.int32).view(torch.float32)
-    raw = lambda t: t.cpu().view(torch.uint8)  # noqa: E731
     q = torch.ops.fp8ext.quantize_with_scale(x.cuda(), s.cuda(), fp8, 0)
-    assert torch.equal(raw(q), raw(torch.ops.fp8ext.quantize_with_scale(x, s, fp8, 0))), "negative NaN scale"
+    assert same_bits(q, torch.ops.fp8ext.quantize_with_scale(x, s, fp8, 0)), "negative NaN scale"
     hist, s_cpu = torch.zeros(4), s.clone()
     q, _ = torch.ops.fp8ext.quantize_delayed(x.cuda(), hist.cuda(), s.cuda(), fp8, 0, False, True, 0)
-    assert torch.equal(raw(q), raw(torch.ops.fp8ext.quantize_delayed(x, hist, s_cpu, fp8, 0, False, True, 0)[0]))
+    assert same_bits(q, torch.ops.fp8ext.quantize_delayed(x, hist, s_cpu, fp8, 0, False, True, 0)[0]), "delayed"
 
 
 # Large enough for the two-pass path; (1, 4.3M) has more 16-element chunks in
