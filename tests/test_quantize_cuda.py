@@ -34,6 +34,22 @@ def test_cuda_matches_cpu(op, dtype, fp8, shape, seed):
         assert s.stride() == s_cpu.stride() and torch.equal(s.cpu(), s_cpu)
 
 
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("cols,stride", [(1000, 1003), (129, 136), (4100, 4108)], ids=str)
+def test_cuda_strided_rows_match_cpu(op, dtype, cols, stride, seed):
+    """Rows further apart than their width (a view of a wider tensor; 1003 elements apart: not
+    16-byte aligned), for every scale-computing op (only per-tensor had such a case)."""
+    wide = random_input((37, stride), dtype, seed, non_finite=True, signed_zeros=True)
+    x = wide.cuda()[:, :cols]  # (Tensor.cuda() of a strided view would make it contiguous)
+    assert x.stride() == (stride, 1)
+    for pad in (0, 16):
+        q, s = getattr(torch.ops.fp8ext, op)(x, FP8[0], 0, False, pad)
+        q_cpu, s_cpu = getattr(torch.ops.fp8ext, op)(wide[:, :cols], FP8[0], 0, False, pad)
+        assert same_bits(q, q_cpu), pad
+        assert s.stride() == s_cpu.stride() and torch.equal(s.cpu(), s_cpu), pad
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("fp8", FP8, ids=str)
 def test_cuda_keeps_a_negative_nans_sign_as_the_cpu(dtype, fp8, seed):
