@@ -15,6 +15,14 @@ def check_positive_int(name: str, value, note: str = "") -> int:
     return value
 
 
+def check_bool(name: str, value) -> bool:
+    """Returns value if it is a bool; raises TypeError naming `name` otherwise (a
+    string such as "False" is truthy, and an op's schema would take None as False)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return value
+
+
 def is_finite_number(value) -> bool:
     """An int or float (not a bool) that is finite."""
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)

@@ -100,11 +100,11 @@ def cast(x: torch.Tensor, fmt=E4M3, saturate: bool = True) -> torch.Tensor:
         a tensor of ``fmt.torch_dtype`` with x's shape.
     """
     from fp8ext import _native
+    from fp8ext.checks import check_bool
     from fp8ext.quantize import as_kernel_matrix
 
     f = get_format(fmt)
     _native.check_input(x, "x")
-    if not isinstance(saturate, bool):  # the op's schema would take None as False (overflow to NaN)
-        raise TypeError(f"saturate must be a bool, got {type(saturate).__name__}")
+    check_bool("saturate", saturate)  # the op's schema would take None as False (overflow to NaN)
     flat = as_kernel_matrix(x.reshape(math.prod(x.shape[:-1]), x.shape[-1]) if x.dim() >= 1 else x.reshape(1, 1))
     return torch.ops.fp8ext.cast_to_fp8(flat, f.torch_dtype, saturate).reshape(x.shape)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from fp8ext import _native
-from fp8ext.checks import refuse_grad
+from fp8ext.checks import check_bool, refuse_grad
 from fp8ext.ops import gemm_reference
 from fp8ext.ops.gemm_reference import BLOCKWISE_CONFIGS, CONFIGS, is_blockwise
 
@@ -106,8 +106,7 @@ def _check_options(out_dtype, config, use_fast_accum) -> None:
         raise TypeError(f"out_dtype must be a torch.dtype (bfloat16, float16 or float32), got {out_dtype!r}")
     if not isinstance(config, str):
         raise TypeError(f"config must be a str (\"auto\" or a name in CONFIGS), got {type(config).__name__}")
-    if not isinstance(use_fast_accum, bool):
-        raise TypeError(f"use_fast_accum must be a bool, got {type(use_fast_accum).__name__}")
+    check_bool("use_fast_accum", use_fast_accum)
 
 
 def _has_group_scales(scale_a) -> bool:

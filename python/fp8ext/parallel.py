@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from fp8ext.checks import check_bool
 from fp8ext.nn.linear import K_ALIGN, FP8Linear
 from fp8ext.ops.reference import GROUP, pad_cols
 
@@ -123,8 +124,7 @@ def _world_and_rank(style: str, group, gather_output) -> tuple:
     """(world size, rank) of `group`, after the arguments every shard takes are checked."""
     if style not in STYLES:
         raise ValueError(f"style must be one of {STYLES}, got {style!r}")
-    if not isinstance(gather_output, bool):  # a string such as "False" would gather
-        raise TypeError(f"gather_output must be a bool, got {gather_output!r}")
+    check_bool("gather_output", gather_output)
     if not dist.is_initialized():
         raise RuntimeError("torch.distributed must be initialized (dist.init_process_group) first")
     if group is not None and not isinstance(group, dist.ProcessGroup):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from fp8ext.checks import check_positive_int
+from fp8ext.checks import check_bool, check_positive_int
 from fp8ext.formats import E4M3, FP8Format, get_format
 
 WEIGHT_GRANULARITIES = ("per_tensor", "per_channel", "block")
@@ -92,10 +92,8 @@ class Recipe:
         object.__setattr__(self, "weight_format", get_format(self.weight_format))
         object.__setattr__(self, "activation_format", get_format(self.activation_format))
         check_margin(self.margin)
-        if not isinstance(self.fast_accum, bool):
-            raise TypeError(f"fast_accum must be a bool, got {type(self.fast_accum).__name__}")
-        if not isinstance(self.power_of_two_scales, bool):
-            raise TypeError(f"power_of_two_scales must be a bool, got {type(self.power_of_two_scales).__name__}")
+        check_bool("fast_accum", self.fast_accum)
+        check_bool("power_of_two_scales", self.power_of_two_scales)
         check_positive_int("amax_history_len", self.amax_history_len)
         if self.activation_mode != "current" and self.activation_granularity != "per_tensor":
             raise ValueError(

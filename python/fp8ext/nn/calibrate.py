@@ -13,7 +13,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from fp8ext.checks import check_positive_int
+from fp8ext.checks import check_bool, check_positive_int
 from fp8ext.formats import E4M3, FP8Format, get_format
 from fp8ext.nn.batches import check_batches, eval_mode, linear_input, run_model
 from fp8ext.nn.linear import FP8Linear
@@ -45,8 +45,7 @@ class CalibrationResult:
         for K as k_proj gives it (no RoPE on the cached K)."""
         dtype = get_format(fmt).torch_dtype
         check_margin(margin)
-        if not isinstance(rotary, bool):
-            raise TypeError(f"rotary must be a bool, got {rotary!r}")
+        check_bool("rotary", rotary)
         out = {}
         for name, d in self.kv_amax.items():
             k = d.get("k_rotary", d.get("k")) if rotary else d.get("k")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fp8ext.checks import check_positive_int, is_finite_number
+from fp8ext.checks import check_bool, check_positive_int, is_finite_number
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,7 @@ class LlamaConfig:
             raise ValueError(f"rope_theta must be a finite number > 0, got {self.rope_theta!r}")
         if not (is_finite_number(self.rms_norm_eps) and self.rms_norm_eps >= 0):
             raise ValueError(f"rms_norm_eps must be a finite number >= 0, got {self.rms_norm_eps!r}")
-        if not isinstance(self.tie_word_embeddings, bool):
-            raise TypeError(f"tie_word_embeddings must be a bool, got {self.tie_word_embeddings!r}")
+        check_bool("tie_word_embeddings", self.tie_word_embeddings)
 
     @classmethod
     def from_hf(cls, hf) -> "LlamaConfig":
