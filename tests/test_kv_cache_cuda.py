@@ -302,6 +302,35 @@ def test_a_head_whose_every_score_is_minus_inf_gives_zeros_as_on_the_cpu(dtype, 
     assert rel(got[0, 4:], want[0, 4:]) < MMA_TOL[dtype]
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_minus_inf_score_against_inf_in_v_gives_nan_whatever_the_splits(dtype, splits, seed):
+    """A key whose score is -inf weighs 0, and 0 * inf in V is NaN in the reference's p @ v.
+    A split holding only such keys (den 0) kept its output 0 and the NaN was lost once
+    the splits were merged; so was it for a head whose every score is -inf."""
+    page_size, heads, dim = 16, 2, 64
+    table, lens = scattered_tables([3, 20], page_size, 8)
+    k_pool = random_pool(8, page_size, heads, dim, dtype)
+    v_pool = random_pool(8, page_size, heads, dim, dtype)
+    q = torch.randn(2, heads, dim)
+    q[:, :, 0] = 1.0
+    k_pool[table[0, 0], 0, 0, 0] = float("-inf")  # sequence 0, head 0: token 0 alone in split 0 of 3
+    v_pool[table[0, 0], 0, 0, 3] = float("inf")
+    for t in range(20):  # sequence 1, head 1: every score -inf
+        k_pool[table[1, t // page_size], t % page_size, 1, 0] = float("-inf")
+    v_pool[table[1, 0], 5, 1, 7] = float("inf")
+    one = torch.ones(())
+    args = (table, lens, one, one, 0.125, splits, 0, 0.0)
+    want = ref.paged_decode_attention(q, k_pool, v_pool, *args)
+    got = decode_on_cuda(q, k_pool, v_pool, args).cpu()
+    nan = torch.zeros(2, heads, dim, dtype=torch.bool)
+    nan[0, 0, 3] = nan[1, 1, 7] = True
+    assert torch.equal(torch.isnan(want), nan)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(got[1, 1].nan_to_num(), torch.zeros(dim, dtype=got.dtype))
+    assert rel(got[~nan], want[~nan]) < MMA_TOL[dtype]
+
+
 def test_manager_on_cuda_matches_cpu_and_replays_in_a_cuda_graph(seed, decode_kernel):
     def build(device):
         torch.manual_seed(seed)  # the same cache contents on both devices

@@ -383,7 +383,10 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks(C, D)) decode_kern
     float num = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) num = fmaf(f_s[w][h], o_s[w][h][d ^ o_swizzle(h, d)], num);
-    const float o = bad_block ? NAN : (den != 0.0f ? num / den * vs : 0.0f);  // den is NaN after a NaN score
+    // den is NaN after a NaN score. den == 0 (no token, or every score -inf):
+    // num is 0, or NaN where a -inf score met an inf in V (0 * inf, as the
+    // reference's p @ v gives); keeping it lets the merge see that NaN.
+    const float o = bad_block ? NAN : (den != 0.0f ? num / den * vs : num);
     const int64_t head = b * a.q_heads + h0 + h;
     if (a.num_splits == 1) {
       static_cast<Q*>(a.out)[head * D + d] = from_float<Q>(o);
@@ -437,15 +440,13 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(DecodeArgs a) {
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   float den = 0.0f;
   auto add = [&](float l, const float4& p) {
-    const float w = exp2f(l - mx);  // 0 for an empty split (lse -inf)
+    const float w = l == -INFINITY ? 0.0f : exp2f(l - mx);  // 0 for an empty split, also when every split is
     den += w;
     acc.x = fmaf(w, p.x, acc.x), acc.y = fmaf(w, p.y, acc.y), acc.z = fmaf(w, p.z, acc.z), acc.w = fmaf(w, p.w, acc.w);
   };
-  if (mx > -INFINITY) {  // else every split was empty: the output is 0
 #pragma unroll
-    for (int i = 0; i < kPrefetch; ++i) add(l_pre[i], p_pre[i]);
-    for (int s = lane + kPrefetch * kLanes; s < n; s += kLanes) add(lse[s], part[int64_t{s} * kCols]);
-  }
+  for (int i = 0; i < kPrefetch; ++i) add(l_pre[i], p_pre[i]);
+  for (int s = lane + kPrefetch * kLanes; s < n; s += kLanes) add(lse[s], part[int64_t{s} * kCols]);
   sum_s[lane][col] = acc;
   if (col == 0) den_s[lane] = den;
   __syncthreads();
@@ -456,7 +457,8 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(DecodeArgs a) {
       num += reinterpret_cast<const float*>(&sum_s[l][0])[d];
       total += den_s[l];
     }
-    const float o = nan ? NAN : (total > 0.0f ? num / total : 0.0f);
+    // total == 0: every split empty or all -inf; num is then 0, or NaN from a split's 0 * inf.
+    const float o = nan ? NAN : (total > 0.0f ? num / total : num);
     static_cast<Q*>(a.out)[head * D + d] = from_float<Q>(o);
   }
   FP8EXT_TIMELINE(if (tid == 0) decode_timeline::record_merge(t_entry, t_released);)

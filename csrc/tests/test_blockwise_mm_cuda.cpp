@@ -64,7 +64,7 @@ double run_and_compare(const Problem& o, DType d, bool with_bias, BlockwiseConfi
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<double> got = test::decode_out(d, dd.download(), o.m * o.n);
 
-  return test::relative_error(got, o.m, o.n, [&](int64_t i, int64_t j) {
+  return test::gemm_error(got, o.m, o.n, [&](int64_t i, int64_t j) {
     double ref = with_bias ? test::round_to(d, o.bias[j]) : 0.0;
     for (int64_t kk = 0; kk < o.k; ++kk) {
       const int64_t g = kk / kGroupSize;

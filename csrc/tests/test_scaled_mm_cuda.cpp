@@ -87,7 +87,7 @@ double run_and_compare(const Operands& o, Fp8Format fa, Fp8Format fb, DType d, b
   }
   const std::vector<double> got = decode_out(d, packed, o.m * o.n);
 
-  return test::relative_error(got, o.m, o.n, [&](int64_t i, int64_t j) {
+  return test::gemm_error(got, o.m, o.n, [&](int64_t i, int64_t j) {
     double acc = 0.0;
     for (int64_t kk = 0; kk < o.k; ++kk)
       acc += static_cast<double>(decode_fp8(o.a[i * o.k + kk], fa)) * decode_fp8(o.b[j * o.k + kk], fb);
@@ -203,6 +203,31 @@ FP8EXT_TEST(output_row_stride_wider_than_n) {
       }
     }
   EXPECT_EQ_CTX(failures.empty(), true, failures);
+}
+
+FP8EXT_TEST(gemm_error_sees_one_wrong_value_and_passes_rounding) {
+  // The metric every GEMM check here uses (no GPU needed): bf16 rounding of a
+  // 300 x 520 output and of an M = 1 output holding a value near 0 passes; one
+  // value off by a typical value passes the whole 300 x 520 output's error but
+  // not its row's.
+  std::mt19937 rng(5);
+  std::normal_distribution<double> nd;
+  for (int64_t m : {int64_t{1}, int64_t{300}}) {
+    const int64_t n = 520;
+    std::vector<double> ref(m * n), got(m * n);
+    for (auto& r : ref) r = nd(rng);
+    ref[7] = 1e-6;  // rounds to a value 2^-9 of itself off, a typical value's ~1e-9
+    for (int64_t i = 0; i < m * n; ++i) got[i] = test::round_to(DType::kBFloat16, static_cast<float>(ref[i]));
+    auto at = [&](int64_t i, int64_t j) { return ref[i * n + j]; };
+    EXPECT_EQ_CTX(test::gemm_error(got, m, n, at) < test::gemm_tolerance(DType::kBFloat16), true,
+                  "bf16 rounding, M=" + std::to_string(m));
+    got[m * n / 2] = ref[m * n / 2] + 1.0;
+    double whole = 0.0, norm = 0.0;
+    for (int64_t i = 0; i < m * n; ++i) whole += (got[i] - ref[i]) * (got[i] - ref[i]), norm += ref[i] * ref[i];
+    if (m == 300) EXPECT_EQ_CTX(std::sqrt(whole / norm) < test::gemm_tolerance(DType::kBFloat16), true, "whole");
+    EXPECT_EQ_CTX(test::gemm_error(got, m, n, at) > test::gemm_tolerance(DType::kBFloat16), true,
+                  "one value off, M=" + std::to_string(m));
+  }
 }
 
 FP8EXT_TEST(refuses_what_the_kernels_cannot_run) {

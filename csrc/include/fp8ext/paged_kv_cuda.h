@@ -81,7 +81,9 @@ struct DecodeProblem {
 // pool gets NaN outputs (the kernel never reads outside the pools); with a
 // window, only the pages of the tokens it attends to are checked. FP8 and fp16
 // caches round q * softmax_scale to fp16 for the MMA, so |q * softmax_scale|
-// >= 65504 gives NaN for that head (the reference computes in fp32). With
+// >= 65520 (fp16's rounding to inf) gives NaN for that head (the reference
+// computes in fp32). A -inf score against an inf in V gives NaN (0 * inf), as
+// in the reference, whatever the number of splits. With
 // num_splits > 1 the workspace (paged_decode_workspace_bytes) must be 16-byte
 // aligned.
 size_t paged_decode_workspace_bytes(const DecodeProblem& p);
