@@ -135,6 +135,10 @@ struct Sm90ScaledMm {
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
   // One scale per row / per column of the kernel's D, or one value (bool stride).
+  // Under PDL nothing may read the scales before the producer's wait: these
+  // broadcasts' constructors read a one-value scale's ptr[0] for is_zero_, which
+  // only a tree with a source fetch (Sm90SrcFetch) uses; this one has none, and
+  // the compiled kernels load nothing before the wait (SASS, session 51).
   using RowScale = cutlass::epilogue::fusion::Sm90ColBroadcast<0, Tile, float, float, Stride<bool, _0, int64_t>>;
   using ColScale = cutlass::epilogue::fusion::Sm90RowBroadcast<0, Tile, float, float, Stride<_0, bool, int64_t>>;
   // The bias runs along N: the kernel's columns, or its rows when swapped. A
