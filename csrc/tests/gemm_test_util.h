@@ -74,9 +74,10 @@ inline std::vector<double> decode_out(DType d, const std::vector<uint8_t>& raw, 
 // whole output's relative (Frobenius) error and half the worst row's or
 // column's (slices get twice the whole output's tolerance, as the pytest
 // checks' SLICE_TOLERANCE). One value off by a typical value in a 300 x 520
-// output is 0.0025 of the whole, under the bf16 tolerance, but 0.044 of its row. A slice's norm is
-// floored at a typical slice's, so that a short slice holding a value near 0
-// (a column of an M = 1 output is one value) does not turn rounding into error.
+// output is 0.0025 of the whole, under the bf16 tolerance, but 0.044 of its
+// row. A slice's norm is floored at a typical slice's, so that a short slice
+// holding a value near 0 (a column of an M = 1 output is one value) does not
+// turn rounding into error.
 template <class Ref>
 double gemm_error(const std::vector<double>& got, int64_t m, int64_t n, Ref&& ref) {
   std::vector<double> diff2(m * n), ref2(m * n);
