@@ -52,12 +52,16 @@ def test_tables_hold_the_librarys_numbers(report):
         tokens = capacity_tokens(2**30, 32, 8, 128, getattr(torch, dtype))
         assert re.search(rf"\| {label} \|[^\n]*\| {tokens} \|", md), label
     # Every recipe's row: a perplexity within 10% of float32's (E4M3 W8A8 costs 2.6-3% on the full text,
-    # 0.3-3.8% on the quick slice's 256 tokens, seen 2026-12-06).
+    # 0.3-3.8% on the quick slice's 256 tokens, seen 2026-12-06), and its increase the one its
+    # perplexity and float32's give (both rounded: 3 decimals, 2 for the percentage).
+    base = float(re.search(r"Float32 perplexity ([0-9.]+) on", md).group(1))
     for recipe in ("per-tensor current", "delayed (history 16)", "per-tensor static", "row-wise", "block-wise",
                    "block-wise, GPTQ weights"):
         row = re.search(rf"\| {re.escape(recipe)} \| ([0-9.]+) \| (-?[0-9.]+) \|", md)
         assert row, recipe
-        assert 1 < float(row.group(1)) < 1000 and -5 < float(row.group(2)) < 10, (recipe, row.groups())
+        ppl, increase = float(row.group(1)), float(row.group(2))
+        assert 1 < ppl < 1000 and -5 < increase < 10, (recipe, row.groups())
+        assert abs(increase - 100 * (ppl / base - 1)) < 0.02, (recipe, ppl, increase, base)
 
 
 def test_row_wise_perplexity_recomputed_independently(report):
