@@ -13,6 +13,6 @@ def capture(fn, warm_up=None):
         (warm_up or fn)()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=stream):  # not torch's default capture stream: it is on one device only
         out = fn()
     return graph, out

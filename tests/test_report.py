@@ -64,6 +64,12 @@ def test_tables_hold_the_librarys_numbers(report):
         assert abs(increase - 100 * (ppl / base - 1)) < 0.02, (recipe, ppl, increase, base)
 
 
+def test_table_cells_keep_whole_values():
+    from fp8ext.report.render import table_md
+    md = table_md([{"max": 57344.0, "perplexity": 49175.123, "small": 0.000123456, "ratio": 1.25}])
+    assert "| 57344 | 49175.123 | 0.0001235 | 1.25 |" in md  # E5M2's max was written 5.734e+04
+
+
 def test_row_wise_perplexity_recomputed_independently(report):
     # The quick report's slice (2 windows of 128 tokens), the model converted and scored here
     # with plain cross-entropy, not through the report's own helpers.

@@ -130,6 +130,8 @@ def test_bad_arguments_raise_clear_errors(device):
         cache.write_rotary(0, qkv, 5, cos, sin, slots)
     with pytest.raises(ValueError, match=r"num_q_heads must be in \[1, 65535\]"):
         cache.write_rotary(0, qkv[:, :4 * 64], 0, cos, sin, slots)
+    with pytest.raises(TypeError, match="num_q_heads must be an int, got True"):
+        cache.write_rotary(0, qkv[:, :64 * 5], True, cos, sin, slots)
     # (2^59 + 4 + 2 * 2) * 32 wraps to 256 in int64: the width check passed and an allocation failed.
     huge = 2**59 + 4
     one = torch.ones((), device=device)

@@ -474,6 +474,10 @@ def test_evaluation_helpers_check_their_sizes():
                dict(windows=torch.ones(2, 1, dtype=torch.long))):
         with pytest.raises(ValueError, match="batch_size must|windows must"):
             evaluation.perplexity(None, **{"windows": torch.ones(2, 8, dtype=torch.long), **kw})
+    # int32 windows are taken, as documented (cross_entropy refused int32 targets).
+    logits = lambda ids: type("Out", (), {"logits": torch.nn.functional.one_hot(ids, 7).float() * 3})()  # noqa: E731
+    windows = torch.randint(0, 7, (3, 9))
+    assert evaluation.perplexity(logits, windows.int()) == evaluation.perplexity(logits, windows) > 1
 
 
 # ---- review helper-23 (session 41): each case below ran wrong, leaked or failed opaquely before ----

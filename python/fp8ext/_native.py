@@ -34,11 +34,12 @@ def has_cuda_kernels() -> bool:
 
 @functools.lru_cache(maxsize=None)
 def native_kernels_run_on(device_index: int) -> bool:
-    """True when this build has kernels for the GPU's architecture (sm_90 for 90a)."""
-    if not has_cuda_kernels():
-        return False
-    major, minor = torch.cuda.get_device_capability(device_index)
-    return any(a.rstrip("af") == f"{major}{minor}" for a in cuda_archs())
+    """True when the quantization and KV-cache kernels run on this GPU: the build
+    has CUDA kernels and the GPU is sm_80 or newer (the built archs' own code, or
+    the compute_80 PTX every build carries, compiled by the driver). Older GPUs
+    get a clear error from the CUDA ops; only a CPU-only build falls back to the
+    PyTorch reference on a GPU."""
+    return has_cuda_kernels() and torch.cuda.get_device_capability(device_index)[0] >= 8
 
 
 @functools.lru_cache(maxsize=None)

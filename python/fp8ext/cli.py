@@ -47,7 +47,12 @@ def _print_info(info: dict) -> None:
     print(f"  FP8 GEMMs (CUTLASS sm_90a): {'built' if info['gemm_kernels_built'] else 'not built'}")
     gpu = info["gpu"]
     if gpu:
-        path = "native kernels" if gpu["native_kernels"] else "PyTorch reference fallback"
+        if gpu["native_kernels"]:
+            path = "native kernels"
+        elif built:
+            path = "CUDA ops refused (they need sm_80 or newer)"
+        else:
+            path = "PyTorch reference fallback"
         path += ", CUTLASS GEMMs" if gpu["gemm_kernels"] else ", reference GEMM"
         print(f"  GPU: {gpu['name']} ({gpu['capability']}): {path}")
     else:

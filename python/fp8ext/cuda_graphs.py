@@ -9,7 +9,10 @@ from fp8ext.checks import check_positive_int
 
 def capture(fn, device=None):
     """(graph, fn's output): fn runs once on a side stream first (lazy
-    initialisation, allocator warm-up stay out of the graph), then is captured."""
+    initialisation, allocator warm-up stay out of the graph), then is captured
+    on that stream. Not on torch.cuda.graph's default one: it is made once per
+    process, on whatever device was current then, so a later capture on
+    another GPU would record nothing of that GPU's kernels."""
     current = torch.cuda.current_stream(device)
     stream = torch.cuda.Stream(device)
     stream.wait_stream(current)
@@ -17,7 +20,7 @@ def capture(fn, device=None):
         fn()
     current.wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=stream):
         out = fn()
     return graph, out
 

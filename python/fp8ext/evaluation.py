@@ -104,7 +104,7 @@ def perplexity(model, windows: torch.Tensor, batch_size: int = 4) -> float:
         raise ValueError(f"windows' token ids must be in [0, {vocab})")
     total, count = 0.0, 0
     for start in range(0, windows.shape[0], batch_size):
-        ids = windows[start:start + batch_size]
+        ids = windows[start:start + batch_size].long()  # cross_entropy takes int64 targets only
         logits = model(ids).logits.float()
         loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
                                                  ids[:, 1:].reshape(-1), reduction="sum")

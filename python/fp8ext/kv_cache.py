@@ -286,6 +286,8 @@ class PagedKVCache:
         K and V go into their slots, and the rotated q [num_tokens, num_q_heads, D]
         is returned. One launch on the GPU; D must be a multiple of 32."""
         self._check_layer(layer)
+        if isinstance(num_q_heads, bool) or not isinstance(num_q_heads, int):  # the op's int would take True as 1
+            raise TypeError(f"num_q_heads must be an int, got {num_q_heads!r}")
         return torch.ops.fp8ext.kv_cache_write_rotary(qkv, cos, sin, self.k[layer], self.v[layer], slot_mapping,
                                                       self.k_scale[layer], self.v_scale[layer], num_q_heads)
 

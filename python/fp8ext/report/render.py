@@ -8,8 +8,14 @@ import os
 
 
 def _cell(v) -> str:
+    """A float as its rows hold it: whole values past 1e4 in full (E5M2's max is 57344, not
+    5.734e+04), others to their rounding (repr), tiny ones in 4 significant digits."""
     if isinstance(v, float):
-        return f"{v:.4g}" if (abs(v) >= 1e4 or (v != 0 and abs(v) < 1e-3)) else f"{v:g}"
+        if v != 0 and abs(v) < 1e-3:
+            return f"{v:.4g}"
+        if abs(v) >= 1e4:
+            return str(int(v)) if v.is_integer() else repr(v)
+        return f"{v:g}"
     return str(v)
 
 
