@@ -33,7 +33,7 @@ def _gpu_tests_run_the_kernels(request):
     device = torch.cuda.current_device()
     name = torch.cuda.get_device_name(device)
     if not _native.native_kernels_run_on(device):
-        pytest.fail(f"this fp8ext build has no CUDA kernels for {name} (built for: "
+        pytest.fail(f"this fp8ext build has no CUDA kernels that run on {name} (built for: "
                     f"{', '.join(_native.cuda_archs()) or 'none'}); rebuild, or set "
                     "FP8EXT_ALLOW_REFERENCE_FALLBACK=1 to test the reference fallback", pytrace=False)
     if torch.cuda.get_device_capability(device) == (9, 0) and not _native.GEMM_KERNELS_BUILT:
