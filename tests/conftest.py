@@ -25,8 +25,9 @@ def pytest_collection_modifyitems(config, items):
 def _gpu_tests_run_the_kernels(request):
     """A CPU-only build's CUDA ops fall back to the Python reference (with a
     warning), and a GPU test would then compare the reference with itself and
-    pass: fail it instead (also below sm_80, where the CUDA ops refuse to run). FP8EXT_ALLOW_REFERENCE_FALLBACK=1
-    lets the GPU tests run on such a build or GPU on purpose."""
+    pass: fail it instead (also below sm_80, where the CUDA ops refuse to run).
+    FP8EXT_ALLOW_REFERENCE_FALLBACK=1 lets the GPU tests run on such a build or
+    GPU on purpose."""
     if "gpu" not in request.keywords or os.environ.get("FP8EXT_ALLOW_REFERENCE_FALLBACK") == "1":
         return
     from fp8ext import _native

@@ -25,7 +25,8 @@ def test_info_says_which_path_a_gpu_takes(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: "a GPU")
     cases = [(("90a",), (8, 9), "native kernels, reference GEMM"), (("90a",), (10, 0), "native kernels"),
-             (("90a",), (7, 0), "CUDA ops refused (they need sm_80 or newer)"), ((), (9, 0), "PyTorch reference fallback")]
+             (("90a",), (7, 0), "CUDA ops refused (they need sm_80 or newer)"),
+             ((), (9, 0), "PyTorch reference fallback")]
     try:
         for archs, cap, path in cases:
             monkeypatch.setattr(_native, "cuda_archs", lambda archs=archs: archs)
