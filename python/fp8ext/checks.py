@@ -7,10 +7,15 @@ import math
 import torch
 
 
+def is_int(value) -> bool:
+    """An int, not a bool (True would pass as 1 wherever an int is taken)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def check_positive_int(name: str, value, note: str = "") -> int:
     """Returns value if it is an int >= 1 (a bool is refused); raises ValueError naming `name` otherwise.
     `note` follows the expectation in the message, e.g. " (processes, one per GPU)"."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         raise ValueError(f"{name} must be a positive int{note}, got {value!r}")
     return value
 

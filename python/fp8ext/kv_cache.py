@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from fp8ext.checks import check_positive_int
+from fp8ext.checks import check_positive_int, is_int
 from fp8ext.ops.kv_cache_reference import CACHE_DTYPES, CPU_CACHE_DTYPES, CUDA_HEAD_DIMS, check_scale_values
 
 FP8_CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -57,7 +57,7 @@ def capacity_tokens(memory_bytes: int, num_layers: int, num_kv_heads: int, head_
                     page_size: int = 16) -> int:
     """Tokens a cache of `memory_bytes` holds, in whole pages (FP8: twice bf16's)."""
     check_positive_int("page_size", page_size)
-    if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int) or memory_bytes < 0:
+    if not is_int(memory_bytes) or memory_bytes < 0:
         raise ValueError(f"memory_bytes must be an int >= 0, got {memory_bytes!r}")
     page_bytes = page_size * bytes_per_token(num_layers, num_kv_heads, head_dim, dtype)
     return (memory_bytes // page_bytes) * page_size
@@ -208,7 +208,7 @@ class PagedKVCache:
     def _per_layer_entries(self, scales) -> list:
         if isinstance(scales, Mapping):
             keys = list(scales)
-            if not all(isinstance(key, int) and not isinstance(key, bool) for key in keys):
+            if not all(is_int(key) for key in keys):
                 return list(scales.values())  # by name, in model order
             if sorted(keys) != list(range(self.num_layers)):
                 raise ValueError(f"scales by layer index must have the keys 0 .. {self.num_layers - 1}, "
@@ -244,7 +244,7 @@ class PagedKVCache:
         seq_id starts empty) and returns them as an int64 slot mapping on the
         cache's device. Raises RuntimeError, changing nothing, when the free
         pages or the sequence's page limit do not suffice."""
-        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
+        if not is_int(num_tokens) or num_tokens < 0:
             raise ValueError(f"num_tokens must be a non-negative int, got {num_tokens!r}")
         pages = self._pages.get(seq_id, [])
         start = self._lens.get(seq_id, 0)
@@ -286,7 +286,7 @@ class PagedKVCache:
         K and V go into their slots, and the rotated q [num_tokens, num_q_heads, D]
         is returned. One launch on the GPU; D must be a multiple of 32."""
         self._check_layer(layer)
-        if isinstance(num_q_heads, bool) or not isinstance(num_q_heads, int):  # the op's int would take True as 1
+        if not is_int(num_q_heads):  # the op's int argument would take True as 1
             raise TypeError(f"num_q_heads must be an int, got {num_q_heads!r}")
         return torch.ops.fp8ext.kv_cache_write_rotary(qkv, cos, sin, self.k[layer], self.v[layer], slot_mapping,
                                                       self.k_scale[layer], self.v_scale[layer], num_q_heads)
@@ -373,7 +373,7 @@ class PagedKVCache:
                                                        float(scale), plan.num_splits, window, float(softcap))
 
     def _check_layer(self, layer) -> None:
-        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.num_layers:
+        if not is_int(layer) or not 0 <= layer < self.num_layers:
             raise ValueError(f"layer must be an int in [0, {self.num_layers}), got {layer!r}")
 
     def memory_bytes(self) -> int:

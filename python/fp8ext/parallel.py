@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from fp8ext.checks import check_bool
+from fp8ext.checks import check_bool, is_int
 from fp8ext.nn.linear import K_ALIGN, FP8Linear
 from fp8ext.ops.reference import GROUP, pad_cols
 
@@ -147,7 +147,7 @@ def _checked_parts(parts, out_features: int) -> tuple:
     if parts is None:
         return (out_features,)
     parts = tuple(parts)
-    if not parts or any(isinstance(p, bool) or not isinstance(p, int) or p < 1 for p in parts) or \
+    if not parts or any(not is_int(p) or p < 1 for p in parts) or \
             sum(parts) != out_features:
         raise ValueError(f"parts must be positive ints adding up to out_features ({out_features}), got {parts}")
     return parts

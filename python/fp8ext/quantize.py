@@ -7,7 +7,7 @@ import numbers
 import torch
 
 from fp8ext import _native
-from fp8ext.checks import check_positive_int, refuse_grad
+from fp8ext.checks import check_positive_int, is_int, refuse_grad
 from fp8ext.ops.quantize_checks import MAX_PAD_K_TO
 from fp8ext.ops.reference import GROUP
 from fp8ext.recipes import Recipe
@@ -248,7 +248,7 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, granularity: str | None = N
     if q.dim() < 1:
         raise ValueError("q must have at least one dimension [..., K], got a 0-d tensor")
     g = _infer_granularity(scale, granularity)
-    if cols is not None and (isinstance(cols, bool) or not isinstance(cols, int)):
+    if cols is not None and not is_int(cols):
         raise TypeError(f"cols must be an int or None, got {cols!r}")
     k = q.shape[-1] if cols is None else cols
     if not 0 <= k <= q.shape[-1]:

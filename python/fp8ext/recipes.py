@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from fp8ext.checks import check_bool, check_positive_int
+from fp8ext.checks import check_bool, check_positive_int, is_int
 from fp8ext.formats import E4M3, FP8Format, get_format
 
 WEIGHT_GRANULARITIES = ("per_tensor", "per_channel", "block")
@@ -38,7 +38,7 @@ GROUP_SIZE = 128  # 1x128 activation groups and 128x128 weight blocks (DeepSeek-
 
 def check_margin(margin, name: str = "margin") -> None:
     """A scale headroom in powers of two: an int in [-MAX_MARGIN, MAX_MARGIN]."""
-    if isinstance(margin, bool) or not isinstance(margin, int):
+    if not is_int(margin):
         raise TypeError(f"{name} must be an int, got {type(margin).__name__}")
     if abs(margin) > MAX_MARGIN:
         raise ValueError(f"{name} must be in [-{MAX_MARGIN}, {MAX_MARGIN}], got {margin}")

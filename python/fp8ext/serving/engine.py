@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fp8ext.checks import check_positive_int
+from fp8ext.checks import check_positive_int, is_int
 from fp8ext.cuda_graphs import capture
 from fp8ext.kv_cache import DecodePlan, PagedKVCache
 from fp8ext.serving.model import LlamaModel, check_prompt
@@ -108,8 +108,7 @@ class Engine:
         vocab = self.model.cfg.vocab_size
         prompt = check_prompt(prompt, vocab)
         check_positive_int("max_new_tokens", max_new_tokens)
-        if eos_token_id is not None and (isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int)
-                                         or not 0 <= eos_token_id < vocab):
+        if eos_token_id is not None and (not is_int(eos_token_id) or not 0 <= eos_token_id < vocab):
             raise ValueError(f"eos_token_id must be None or an int in [0, {vocab}), got {eos_token_id!r}")
         stored = len(prompt) + max_new_tokens - 1  # the last generated token is never written to the cache
         pages = -(-stored // self.cache.page_size)

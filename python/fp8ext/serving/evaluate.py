@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from fp8ext.checks import check_positive_int
+from fp8ext.checks import check_positive_int, is_int
 from fp8ext.kv_cache import PagedKVCache
 from fp8ext.serving.model import LlamaModel
 
@@ -28,7 +28,7 @@ def perplexity(model: LlamaModel, windows: torch.Tensor, cache_dtype=None, prefi
     check_positive_int("page_size", page_size)
     windows = windows.long()
     batch, width = windows.shape
-    if isinstance(prefix, bool) or not isinstance(prefix, int) or not 1 <= prefix < width:
+    if not is_int(prefix) or not 1 <= prefix < width:
         raise ValueError(f"prefix must be an int in [1, {width}), got {prefix!r}")
     cfg = model.cfg
     pages = batch * -(-width // page_size)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fp8ext.checks import is_finite_number
+from fp8ext.checks import is_finite_number, is_int
 from fp8ext.nn.linear import K_ALIGN, STATIC_UNCALIBRATED, FP8Linear
 from fp8ext.ops.fused import rotate_half
 from fp8ext.quantize import add_rms_norm_quantize, rms_norm_quantize, silu_mul_quantize
@@ -40,7 +40,7 @@ class Rotary(nn.Module):
 
     def __init__(self, head_dim: int, theta: float, device=None):
         super().__init__()
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2 or head_dim % 2:
+        if not is_int(head_dim) or head_dim < 2 or head_dim % 2:
             raise ValueError(f"head_dim must be an even positive int (RoPE rotates pairs), got {head_dim!r}")
         if not (is_finite_number(theta) and theta > 0):
             raise ValueError(f"theta must be a finite number > 0, got {theta!r}")
