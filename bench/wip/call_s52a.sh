@@ -2,7 +2,7 @@
 # files session 51 ran first: quantize, fakes, KV cache, rotary write, two devices); every C++
 # harness; then the rotated decode suite (issue 6) and the layer stack (issue 7) with what is left.
 # The rest of the suite goes in a second call on the same warm machine (bench/wip/README.md).
-#   run(command="FP8EXT_COMMIT=<sha> CALL_BUDGET=560 bash bench/wip/call_s51a.sh", carry=[".whl", ".data"], timeout_s=580)
+#   run(command="FP8EXT_COMMIT=<sha> CALL_BUDGET=560 bash bench/wip/call_s52a.sh", carry=[".whl", ".data"], timeout_s=580)
 R=$PWD
 B=${CALL_BUDGET:-560}
 left() { echo $((B - SECONDS)); }
