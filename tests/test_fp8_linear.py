@@ -65,9 +65,10 @@ def test_output_follows_input_dtype(dtype, seed):
     assert y.dtype == dtype and y.shape == (5, 32)
     assert rel_error(y, linear(x).double()) < W8A8_TOLERANCE
     # Against the emulated function, within the output dtype's rounding: an output 4% off
-    # passed the W8A8 bound above (helper-37).
-    assert rel_error(y, emulate(linear, x, RowWise())) < {torch.float32: 1e-5, torch.float16: 2e-3,
-                                                           torch.bfloat16: 1e-2}[dtype]
+    # passed the W8A8 bound above (helper-37). Seeds 0-1499 give at most 2.05e-3 in bf16
+    # and 2.6e-4 in fp16; an output 0.6% (bf16) or 0.15% (fp16) off fails (helper-61).
+    assert rel_error(y, emulate(linear, x, RowWise())) < {torch.float32: 1e-5, torch.float16: 5e-4,
+                                                           torch.bfloat16: 3e-3}[dtype]
     assert layer(x.float()).dtype == torch.float32  # any supported input dtype works
 
 

@@ -291,15 +291,16 @@ def test_fp16_output_overflows_to_inf_as_the_reference(monkeypatch, config, m):
 
 @pytest.mark.parametrize("m", [5, 9])
 def test_gemv_poisons_only_its_own_rows(m, seed):
-    """The GEMV takes up to four rows of A per warp: a NaN code in row 2 and a NaN
-    scale of row 4 poison those rows only, not the others a warp shares."""
+    """The GEMV takes up to four rows of A per warp (rows 0-3, 4-7, ...): a NaN code in
+    row 2 and a NaN scale of row m - 4 (1 or 5, each in a group of four) poison those
+    rows only, not the others a warp shares."""
     g = torch.Generator().manual_seed(seed)
     a, b, sa, sb, _ = operands(m, 776, 384, "cuda", generator=g)
     a[2, 5] = float("nan")
-    sa[4] = float("nan")
+    sa[m - 4] = float("nan")
     d = fp8ext.scaled_mm(a, b, sa, sb, config="gemv").cpu()
     bad = torch.zeros(m, dtype=torch.bool)
-    bad[[2, 4]] = True
+    bad[[2, m - 4]] = True
     assert torch.isnan(d[bad]).all() and torch.isfinite(d[~bad]).all()
     want = reference(a.cpu(), b.cpu(), sa.cpu(), sb.cpu(), None)
     assert rel_error(d[~bad], want[~bad]) < TOLERANCE[torch.bfloat16]
