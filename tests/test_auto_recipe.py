@@ -119,6 +119,9 @@ def test_auto_checks_loss_fn_candidates_and_empty_selections():
     for bad in (RowWise(), "row-wise", [("a", RowWise(), 1)]):
         with pytest.raises(TypeError, match="candidates must be a list of Recipes"):
             run(candidates=bad)
+    for label in (None, 3):  # None would read as "kept in high precision" for every layer (helper-60)
+        with pytest.raises(TypeError, match="an auto candidate's label must be a str, got"):
+            run(candidates=[(label, RowWise())])
     summary = run(exclude="*")
     assert not summary.converted and summary.fp8_flop_fraction == 0.0
 

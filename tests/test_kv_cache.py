@@ -497,6 +497,27 @@ def test_non_finite_attention_settings_are_refused(device, kw, match):
                                                 cache.v_scale[0], **args)
 
 
+@pytest.mark.parametrize("kw, match", [
+    (dict(window=True), "window must be an int"),  # the op would take it as window=1
+    (dict(window=2.0), "window must be an int"),
+    (dict(softcap=True), "softcap must be a finite int or float"),
+    (dict(softcap="2"), "softcap must be a finite int or float"),  # float() would take it
+    (dict(softmax_scale="0.5"), "softmax_scale must be a finite int or float"),
+    (dict(softmax_scale=False), "softmax_scale must be a finite int or float"),
+])
+def test_attention_refuses_bools_and_strings_for_numbers(kw, match):
+    """PagedKVCache.attention checks its numbers' types before the op sees them (helper-60)."""
+    cache = make_cache(pages=8, page_size=16)
+    cache.append(0, 20)
+    plan = cache.plan([0])
+    with pytest.raises(ValueError, match=match):
+        cache.attention(0, torch.randn(1, 4, 64), plan, **kw)
+    hand_made = fp8ext.DecodePlan(plan.seq_ids, plan.block_table, plan.seq_lens, True)
+    with pytest.raises(ValueError, match="plan.num_splits must be an int, got True"):
+        cache.attention(0, torch.randn(1, 4, 64), hand_made)
+    assert cache.attention(0, torch.randn(1, 4, 64), plan, softmax_scale=1, softcap=30, window=5).shape == (1, 4, 64)
+
+
 def test_compiles_fullgraph(seed):
     cache = make_cache(pages=8, page_size=16)
     data = fill(cache, [20, 3])

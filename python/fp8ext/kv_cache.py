@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from fp8ext.checks import check_positive_int, is_int
+from fp8ext.checks import check_positive_int, is_finite_number, is_int
 from fp8ext.ops.kv_cache_reference import CACHE_DTYPES, CPU_CACHE_DTYPES, CUDA_HEAD_DIMS, check_scale_values
 
 FP8_CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -367,6 +367,14 @@ class PagedKVCache:
             raise RuntimeError("plan is stale: sequences were appended to or freed since it was made (it would read "
                                "old lengths, or pages another sequence now holds); make it after the step's "
                                "appends, or refill it with plan(seq_ids, out=plan)")
+        # The op's int and float arguments would take True as 1 and float() a string.
+        if not is_int(plan.num_splits):
+            raise ValueError(f"plan.num_splits must be an int, got {plan.num_splits!r}")
+        if not is_int(window):
+            raise ValueError(f"window must be an int >= 0 (0: no sliding window), got {window!r}")
+        for name, value in (("softmax_scale", softmax_scale), ("softcap", softcap)):
+            if value is not None and not is_finite_number(value):
+                raise ValueError(f"{name} must be a finite int or float, got {value!r}")
         scale = softmax_scale if softmax_scale is not None else self.head_dim ** -0.5
         return torch.ops.fp8ext.paged_decode_attention(q, self.k[layer], self.v[layer], plan.block_table,
                                                        plan.seq_lens, self.k_scale[layer], self.v_scale[layer],

@@ -57,6 +57,8 @@ def _candidates(candidates):
         if isinstance(c, tuple) and len(c) != 2:
             raise malformed(c)
         label, recipe = c if isinstance(c, tuple) else (repr(c), c)
+        if not isinstance(label, str):  # (None is the choice's mark for "kept in high precision")
+            raise TypeError(f"an auto candidate's label must be a str, got {label!r}")
         if not isinstance(recipe, Recipe) or recipe.activation_mode != "current":
             raise ValueError(f"auto candidates must be current-scaling Recipes, got {recipe!r}")
         out.append((label, recipe))
