@@ -85,7 +85,13 @@ def fused_cases():
         overlapping, x.clone(), w, 1e-5, F8, 0, False, 0), "x"
     yield "silu: x overlapping rows", ops.silu_mul_quantize_per_row, (overlapping, F8, 0, False, 0), "x"
     yield "rms: x column-major", rms, (x_of(256, 256).t(), w, 1e-5, F8, 0, False, 0), "x"
-    yield "rms: x int32", rms, (torch.ones(6, 256, dtype=torch.int32), w, 1e-5, F8, 0, False, 0), None
+    # x's rank and dtype first (the CPU compositions computed first: IndexError, NotImplementedError; helper-60)
+    yield "rms: x int32", rms, (torch.ones(6, 256, dtype=torch.int32), w, 1e-5, F8, 0, False, 0), "x"
+    yield "rms: x 0-d", rms, (torch.ones((), dtype=torch.bfloat16), w, 1e-5, F8, 0, False, 0), "x"
+    yield "add: x 0-d", ops.add_rms_norm_quantize_per_row, (
+        torch.ones((), dtype=torch.bfloat16), torch.ones((), dtype=torch.bfloat16), w, 1e-5, F8, 0, False, 0), "x"
+    yield "silu: x bool", ops.silu_mul_quantize_per_row, (torch.ones(6, 256, dtype=torch.bool), F8, 0, False, 0), "x"
+    yield "silu: x fp8", ops.silu_mul_quantize_per_row, (x.to(F8), F8, 0, False, 0), "x"
     yield "rms: dtype", rms, (x, w, 1e-5, torch.float16, 0, False, 0), "dtype"
     yield "rms: margin", rms, (x, w, 1e-5, F8, 100, False, 0), "margin"
     yield "rms: pad_k_to", rms, (x, w, 1e-5, F8, 0, False, -3), "pad_k_to"

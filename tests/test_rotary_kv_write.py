@@ -142,6 +142,8 @@ def test_bad_arguments_raise_clear_errors(device):
                                                  for _ in range(2)), slots, one, one, huge)
     with pytest.raises(ValueError, match="cos must be"):
         cache.write_rotary(0, qkv, 4, cos[:, :32], sin, slots)
+    with pytest.raises(TypeError, match="cos must be a tensor, got NoneType"):
+        cache.write_rotary(0, qkv, 4, None, sin, slots)
     with pytest.raises(TypeError, match="sin must have qkv's dtype"):
         cache.write_rotary(0, qkv, 4, cos, sin.float(), slots)
     with pytest.raises(ValueError, match="slot_mapping"):

@@ -8,16 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from fp8ext._native import INPUT_DTYPES
+from fp8ext.ops import quantize_checks as qc
 from fp8ext.ops.kv_cache_reference import check_apart_from_pools, check_cache
-
-
-def _check_rows(x) -> None:
-    """What the CUDA ops ask of x's layout (csrc/torch/tensor_checks.h input_matrix),
-    asked here too, so that code run on the CPU does not fail first on the GPU."""
-    if x.dim() == 2 and x.shape[1] > 1 and x.stride(1) != 1:
-        raise ValueError(f"x must have a contiguous last dimension (stride 1), got strides {tuple(x.stride())}")
-    if x.dim() == 2 and x.shape[0] > 1 and x.stride(0) < x.shape[1]:
-        raise ValueError(f"x rows must not overlap, got strides {tuple(x.stride())}")
 
 
 def check_norm_weight(x, weight, eps) -> None:
@@ -50,7 +42,7 @@ def check_gate_up(x) -> None:
 def rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_k_to):
     """quantize_per_row(weight * rms_norm(x)), RMSNorm rounded as Hugging Face's
     Llama rounds it (fp32, then x's dtype, then the weight multiply)."""
-    _check_rows(x)
+    qc.check_input_matrix(x)  # first, as the fake and the CUDA op check it
     check_norm_weight(x, weight, eps)
     y = weight * F.rms_norm(x, (x.shape[-1],), None, eps)
     return torch.ops.fp8ext.quantize_per_row(y, dtype, margin, power_of_two, pad_k_to)
@@ -59,8 +51,8 @@ def rms_norm_quantize_per_row(x, weight, eps, dtype, margin, power_of_two, pad_k
 def add_rms_norm_quantize_per_row(x, residual, weight, eps, dtype, margin, power_of_two, pad_k_to):
     """h = x + residual (rounded to x's dtype), then rms_norm_quantize_per_row(h);
     returns (q, scale, h)."""
+    qc.check_input_matrix(x)
     check_residual(x, residual)
-    _check_rows(x)
     h = (x + residual).contiguous()  # row-major whatever x's row stride, as the CUDA op and the fake give it
     q, s = rms_norm_quantize_per_row(h, weight, eps, dtype, margin, power_of_two, pad_k_to)
     return q, s, h
@@ -69,7 +61,7 @@ def add_rms_norm_quantize_per_row(x, residual, weight, eps, dtype, margin, power
 def silu_mul_quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
     """quantize_per_row(silu(gate) * up) for x = [gate | up] ([M, 2I], a SwiGLU
     gate_up output), each op rounded to x's dtype as PyTorch does."""
-    _check_rows(x)
+    qc.check_input_matrix(x)
     check_gate_up(x)
     half = x.shape[-1] // 2
     gate, up = x[..., :half], x[..., half:]  # (split() refuses a split size of 0: I = 0 is an empty output)
@@ -100,6 +92,8 @@ def check_rotary(qkv, cos, sin, k_cache, v_cache, num_q_heads, read_memory: bool
         raise ValueError(f"qkv must be [num_tokens, {cols}] ((num_q_heads + 2 * num_kv_heads) * head_dim), "
                          f"got {tuple(qkv.shape)}")
     for name, t in (("cos", cos), ("sin", sin)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
         if t.shape != (qkv.shape[0], dim):
             raise ValueError(f"{name} must be [{qkv.shape[0]}, {dim}] (num_tokens, head_dim), got {tuple(t.shape)}")
         if t.dtype != qkv.dtype:
