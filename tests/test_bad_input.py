@@ -95,6 +95,8 @@ def test_dequantize_errors():
     for bad in (True, 2.5, "4"):
         with pytest.raises(TypeError, match="cols must be an int or None"):
             dequantize(q, s, cols=bad)
+    with pytest.raises(ValueError, match="scale must be on q's device \\(cpu\\), got meta"):
+        dequantize(q, s.to("meta"))  # (torch's own error named neither argument: helper-60)
 
 
 @pytest.mark.parametrize("recipe", [RowWise(), BlockWise(), CurrentScaling()], ids=lambda r: type(r).__name__)

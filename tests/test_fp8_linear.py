@@ -194,6 +194,9 @@ def test_convert_include_exclude_and_tied_weights():
     assert ("lm_head", "weight tied to an embedding") in s.skipped
     s = convert(TinyLM(), keep_lm_head=False)
     assert "lm_head" in [n for n, _ in s.converted]
+    for bad in ("False", None, 0):  # "False" kept the head, None and 0 converted it (helper-60)
+        with pytest.raises(TypeError, match="keep_lm_head must be a bool"):
+            convert(TinyLM(), keep_lm_head=bad)
     with pytest.warns(UserWarning, match="matches no nn.Linear"):
         s = convert(TinyLM(), include=[])  # an empty allow-list converts nothing
     assert s.converted == [] and ("blocks.0.up", "not included") in s.skipped
@@ -547,6 +550,28 @@ def test_checkpoint_amax_history_must_be_finite_and_non_negative(bad):
     sd = FP8Linear(20, 8, recipe=recipe).state_dict()
     sd["amax_history"][0] = bad
     with pytest.raises(ValueError, match="amax_history: every amax must be finite and >= 0"):
+        FP8Linear(20, 8, recipe=recipe).load_state_dict(sd)
+
+
+@pytest.mark.parametrize("fmt, bits", [("e4m3", 0x7F), ("e4m3", 0xFF), ("e5m2", 0x7C), ("e5m2", 0xFE)])
+def test_checkpoint_weight_codes_must_be_finite(fmt, bits):
+    """A NaN (or E5M2 Inf) code in the weight would make its output column NaN / Inf:
+    refused on load as from_linear refuses non-finite weights (helper-60)."""
+    recipe = RowWise(weight_format=fmt)
+    sd = FP8Linear(20, 8, recipe=recipe).state_dict()
+    sd["weight"].view(torch.uint8)[3, 7] = bits
+    with pytest.raises(ValueError, match="weight: the checkpoint holds NaN or Inf codes"):
+        FP8Linear(20, 8, recipe=recipe).load_state_dict(sd)
+    sd["weight"].view(torch.uint8)[3, 7] = bits & 0xFB  # finite: E4M3 +-352, E5M2 32768 or -49152
+    FP8Linear(20, 8, recipe=recipe).load_state_dict(sd)
+
+
+def test_checkpoint_amax_history_must_be_floating_point():
+    recipe = DelayedScaling(amax_history_len=4)
+    sd = FP8Linear(20, 8, recipe=recipe).state_dict()
+    sd["amax_history"] = sd["amax_history"].to(torch.complex64)
+    with pytest.raises(TypeError, match="amax_history: amaxes must be floating point, the checkpoint holds "
+                                        "torch.complex64"):
         FP8Linear(20, 8, recipe=recipe).load_state_dict(sd)
 
 

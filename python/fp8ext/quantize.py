@@ -245,6 +245,8 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, granularity: str | None = N
         raise TypeError(f"scale must be a float32 tensor, got {getattr(scale, 'dtype', type(scale).__name__)}")
     if out_dtype not in _native.INPUT_DTYPES:
         raise TypeError(f"out_dtype must be float32, float16 or bfloat16, got {out_dtype}")
+    if scale.device != q.device:
+        raise ValueError(f"scale must be on q's device ({q.device}), got {scale.device}")
     if q.dim() < 1:
         raise ValueError("q must have at least one dimension [..., K], got a 0-d tensor")
     g = _infer_granularity(scale, granularity)

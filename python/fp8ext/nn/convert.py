@@ -10,6 +10,7 @@ from typing import Callable, Iterable, Union
 from torch import nn
 
 from fp8ext import _native
+from fp8ext.checks import check_bool
 from fp8ext.nn.batches import check_batches
 from fp8ext.nn.gptq import fp8_layer, input_hessians
 from fp8ext.nn.linear import STATIC_UNCALIBRATED, FP8Linear
@@ -97,6 +98,7 @@ def select_linears(model: nn.Module, include=None, exclude=None, keep_lm_head: b
     """(targets, skipped): the names of the nn.Linear modules convert() would replace,
     and (name, reason) for the ones it keeps in high precision."""
     include_l, exclude_l = _as_list(include, "include"), _as_list(exclude, "exclude")
+    check_bool("keep_lm_head", keep_lm_head)  # "False" would keep the head, None and 0 convert it
     limited = include is not None  # include=[] converts nothing, as an empty allow-list says
     tied = _tied_to_embedding(model)
     head = _output_embeddings(model)

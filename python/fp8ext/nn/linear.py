@@ -299,6 +299,20 @@ class _StraightThroughFP8Linear(torch.autograd.Function):
         return grad_x, grad_bias, None
 
 
+def _non_finite_codes(w: torch.Tensor) -> torch.Tensor:
+    """Where FP8 codes are NaN (E4M3: S.1111.111) or Inf/NaN (E5M2: exponent all ones),
+    read from the bits (no float copy of a large weight)."""
+    bits = w.view(torch.uint8)
+    if w.dtype == torch.float8_e4m3fn:
+        return (bits & 0x7F) == 0x7F
+    return (bits & 0x7C) == 0x7C
+
+
+def _readable(t: torch.Tensor) -> bool:
+    """Whether a checkpoint tensor's values can be checked (a meta tensor's cannot)."""
+    return t.device.type != "meta"
+
+
 def _adapt_checkpoint(layer: FP8Linear, sd: dict, prefix: str) -> None:
     """Rewrites a layer's checkpoint entries in place into this module's layout."""
     if prefix + "weight_scale_inv" in sd and prefix + "weight_scale" not in sd:
@@ -314,17 +328,23 @@ def _adapt_checkpoint(layer: FP8Linear, sd: dict, prefix: str) -> None:
                             f"{layer.weight.dtype} (recipe {layer.recipe})")
         if w.dim() == 2 and w.shape[1] == layer.in_features and w.shape[1] != layer.weight.shape[1]:
             sd[prefix + "weight"] = pad_cols(w, K_ALIGN)
-        elif w.dim() == 2 and w.shape[1] == layer.weight.shape[1] > layer.in_features:
+        elif w.dim() == 2 and w.shape[1] == layer.weight.shape[1] > layer.in_features and _readable(w):
             # Stored already padded (this module's own layout): the padding columns
             # meet the activations' zero padding, so they must be zero (NaN would
             # turn every output NaN, anything else a silent error).
             if bool((w[:, layer.in_features:].view(torch.uint8) & 0x7F).any()):
                 raise ValueError(f"{prefix}weight: the columns past in_features={layer.in_features} (K padding) "
                                  "must be zero")
+        if _readable(w) and bool(_non_finite_codes(w).any()):  # from_linear refuses them too
+            raise ValueError(f"{prefix}weight: the checkpoint holds NaN or Inf codes (their output columns would "
+                             "be NaN or Inf)")
     history = sd.get(prefix + "amax_history")
     if isinstance(history, torch.Tensor) and layer._buffers.get("amax_history") is not None:
+        if not history.is_floating_point():
+            raise TypeError(f"{prefix}amax_history: amaxes must be floating point, the checkpoint holds "
+                            f"{history.dtype}")
         ok = torch.isfinite(history) & (history >= 0)
-        if not bool(ok.all()):  # an inf amax would make every input quantize to 0 for the history's length
+        if _readable(history) and not bool(ok.all()):  # an inf amax would quantize inputs to 0 for a history's length
             raise ValueError(f"{prefix}amax_history: every amax must be finite and >= 0 (the checkpoint holds "
                              f"{history[~ok].flatten()[:4].tolist()})")
     for name in ("weight_scale", "input_scale"):
@@ -337,7 +357,7 @@ def _adapt_checkpoint(layer: FP8Linear, sd: dict, prefix: str) -> None:
         if t.dtype != torch.float32:
             t = sd[prefix + name] = t.float()  # compressed-tensors may store bf16 scales
         ok = torch.isfinite(t) & (t > 0)
-        if not bool(ok.all()):  # load time: reading the values is fine
+        if _readable(t) and not bool(ok.all()):  # load time: reading the values is fine
             raise ValueError(f"{prefix}{name}: every scale must be finite and > 0 (the checkpoint holds "
                              f"{t[~ok].flatten()[:4].tolist()})")
         # Only the other libraries' spellings of the same layout: [N, 1] -> [N], [1] -> [].
