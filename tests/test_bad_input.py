@@ -129,6 +129,10 @@ def test_static_scale_must_be_finite_and_positive(scale):
 def test_static_scale_holds_one_value():
     with pytest.raises(ValueError, match="scale must hold one value"):
         ScalingState.from_scale(torch.tensor([1.0, 2.0]))
+    # A float32 copy would drop a complex scale's imaginary part with a warning and take True as 1.0.
+    for bad in (torch.tensor(2.0 + 1.0j), torch.tensor(True)):
+        with pytest.raises(TypeError, match="scale must be a real number or a real tensor, got a torch"):
+            ScalingState.from_scale(bad)
 
 
 @pytest.mark.parametrize("recipe", [CurrentScaling(), RowWise(), BlockWise()], ids=["tensor", "row", "block"])

@@ -326,6 +326,8 @@ def test_uncalibrated_fp8_cache_warns_and_calibrated_scales_are_used():
         PagedKVCache(2, 2, 64, 4, 16, E4M3, scales=scales)
     with pytest.raises(ValueError, match="finite and positive"):
         PagedKVCache(1, 2, 64, 4, 16, E4M3, scales=[{"k_scale": 0.0, "v_scale": 1.0}])
+    with pytest.raises(TypeError, match="v_scale'\\] must be a real number or a real tensor, got a torch.complex64"):
+        PagedKVCache(1, 2, 64, 4, 16, E4M3, scales=[{"k_scale": 1.0, "v_scale": torch.tensor([1 + 2j, 1 + 0j])}])
 
 
 def test_scales_by_layer_index_follow_their_keys_not_their_order():

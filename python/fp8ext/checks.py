@@ -28,6 +28,13 @@ def check_bool(name: str, value) -> bool:
     return value
 
 
+def check_real_tensor(name: str, value) -> None:
+    """Refuses a complex or bool tensor where a number is taken (a float32 copy would drop the
+    imaginary part with only a warning, and take True as 1.0); anything else passes."""
+    if isinstance(value, torch.Tensor) and (value.is_complex() or value.dtype == torch.bool):
+        raise TypeError(f"{name} must be a real number or a real tensor, got a {value.dtype} tensor")
+
+
 def is_finite_number(value) -> bool:
     """An int or float (not a bool) that is finite."""
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)

@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from fp8ext.checks import check_positive_int, is_finite_number, is_int
+from fp8ext.checks import check_positive_int, check_real_tensor, is_finite_number, is_int
 from fp8ext.ops.kv_cache_reference import CACHE_DTYPES, CPU_CACHE_DTYPES, CUDA_HEAD_DIMS, check_scale_values
 
 FP8_CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -220,6 +220,7 @@ class PagedKVCache:
         return list(scales)
 
     def _scale_tensor(self, value, name: str) -> torch.Tensor:
+        check_real_tensor(name, value)
         try:
             t = torch.as_tensor(value, dtype=torch.float32).to(self.device).reshape(-1)
         except (TypeError, ValueError, RuntimeError) as e:

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from fp8ext.checks import check_positive_int
+from fp8ext.checks import check_positive_int, check_real_tensor
 from fp8ext.recipes import Recipe
 
 
@@ -64,6 +64,7 @@ class ScalingState:
         not read back (no synchronisation)."""
         if isinstance(scale, (bool, str)) or scale is None:
             raise TypeError(f"scale must be a float or a tensor holding one value, got {type(scale).__name__}")
+        check_real_tensor("scale", scale)
         if isinstance(scale, torch.Tensor) and scale.device.type != "cpu":
             s = scale.to(torch.float32)  # not read back: no synchronisation
         else:
