@@ -3,18 +3,9 @@
 # decode suite and the KV write (issue 6), the GEMM quick suite (issue 4), the block-wise GEMM
 # (issue 5), the GEMV with whole rotation rounds.
 #   run(command="FP8EXT_COMMIT=<sha> CALL_BUDGET=560 bash bench/wip/call_s50c.sh", carry=[".whl", ".data"], timeout_s=580)
-R=$PWD
-B=${CALL_BUDGET:-560}
-left() { echo $((B - SECONDS)); }
+source bench/wip/call_lib.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu0.txt; cat $OUT/gpu0.txt
 python3 -c "import fp8ext" 2>/dev/null || { bash scripts/device/run.sh $OUT build > $OUT/run_build.txt 2>&1; tail -2 $OUT/run_build.txt; }
-bench() {  # bench NAME SECONDS CMD...: runs CMD in /tmp if that many seconds are left, log to OUT/NAME.log
-  local name=$1 need=$2; shift 2
-  if [ $(left) -gt $need ]; then
-    (cd /tmp && PYTHONPATH=/tmp/site timeout $(( $(left) - 10 )) "$@" > $OUT/$name.log 2>&1; echo "$name rc $? at $SECONDS s")
-    tail -16 $OUT/$name.log
-  fi
-}
 bench linear 90 python3 $R/bench/bench_linear.py --out $OUT
 bench decode 90 python3 $R/bench/bench_decode.py --out $OUT
 bench gemm 90 python3 $R/bench/bench_gemm.py --out $OUT
