@@ -571,6 +571,12 @@ def test_prefill_refuses_an_empty_prompt_or_missing_slots():
         model.prefill([], [], cache)
     with pytest.raises(ValueError, match=r"slots must hold one tensor per prompt \(2\), got 1"):
         model.prefill([torch.tensor([1, 2]), torch.tensor([3, 4])], slots, cache)
+    # Unchecked, these failed inside the embedding or were flattened into one prompt (helper-63).
+    with pytest.raises(ValueError, match=r"prompts\[0\] token ids must be in \[0, 97\), got 1..97"):
+        model.prefill([torch.tensor([1, 97])], slots, cache)
+    for bad in ([1, 2], torch.tensor([1.0, 2.0]), torch.tensor([[1], [2]]), torch.tensor([True, False])):
+        with pytest.raises(TypeError, match=r"prompts\[0\] must be a 1-D integer token-id tensor"):
+            model.prefill([bad], slots, cache)
 
 
 def test_serving_entry_points_refuse_what_they_cannot_run():
@@ -595,7 +601,13 @@ def test_serving_entry_points_refuse_what_they_cannot_run():
     with pytest.raises(TypeError, match="cache must be a fp8ext.PagedKVCache"):
         Engine(model, None)
     engine = Engine(model, make_cache(model))
-    for bad in ([True, False], torch.tensor([True, False])):
+    with pytest.raises(TypeError, match="cuda_graphs must be a bool"):
+        Engine(model, make_cache(model), cuda_graphs="False")  # truthy: it would turn graphs on
+    for bad in (None, 3, "abc"):
+        with pytest.raises(TypeError, match="prompts must be a list of prompts"):
+            engine.generate(bad, 2)
+    for bad in ([True, False], torch.tensor([True, False]), list(torch.tensor([True, False])),
+                (t for t in [True, False])):  # the last two passed as ids 1 and 0 (helper-63)
         with pytest.raises(TypeError, match="bool"):
             engine.submit(bad, 2)
 

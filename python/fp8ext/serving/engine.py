@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import collections
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
 
-from fp8ext.checks import check_positive_int, is_int
+from fp8ext.checks import check_bool, check_positive_int, is_int
 from fp8ext.cuda_graphs import capture
 from fp8ext.kv_cache import DecodePlan, PagedKVCache
 from fp8ext.serving.model import LlamaModel, check_prompt
@@ -87,6 +88,8 @@ class Engine:
                              f"{cache.head_dim}) does not fit the model ({model.cfg.num_layers}, "
                              f"{model.cfg.num_kv_heads}, {model.cfg.head_dim})")
         check_positive_int("max_batch", max_batch)
+        if cuda_graphs is not None:
+            check_bool("cuda_graphs", cuda_graphs)  # "False" would turn graphs on
         if cuda_graphs and model.device.type != "cuda":
             raise ValueError(f"cuda_graphs=True needs a model on a CUDA device, got {model.device}")
         self.model, self.cache, self.max_batch = model, cache, max_batch
@@ -155,6 +158,8 @@ class Engine:
         """Steps until these prompts' requests finished; their generated tokens,
         in order. Requests submitted earlier run along; those that finish on
         the way are kept for the next run()."""
+        if isinstance(prompts, str) or not isinstance(prompts, Iterable):
+            raise TypeError(f"prompts must be a list of prompts (token-id sequences), got {type(prompts).__name__}")
         reqs = [self._request(p, max_new_tokens, eos_token_id) for p in prompts]  # all checked before any is queued
         self.waiting.extend(reqs)
         mine = {r.id: None for r in reqs}

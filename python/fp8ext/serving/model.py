@@ -86,19 +86,35 @@ def check_prompt(prompt, vocab_size: int, name: str = "prompt") -> list:
     """A prompt as a list of token ids: a non-empty 1-D sequence of ints in [0, vocab_size)."""
     if isinstance(prompt, torch.Tensor) and prompt.dim() != 1:
         raise ValueError(f"{name} must be 1-D token ids, got shape {tuple(prompt.shape)}")
-    if isinstance(prompt, torch.Tensor) and prompt.dtype == torch.bool:
-        raise TypeError(f"{name} must hold integer token ids, got a bool tensor")
     try:
-        ids = [operator.index(t) for t in prompt]
+        items = list(prompt)  # once: a generator could not be read twice
     except TypeError:
         raise TypeError(f"{name} must be a sequence of integer token ids") from None
-    if any(isinstance(t, bool) for t in prompt):
+    # operator.index takes a bool (or a 0-d bool tensor) as 1 or 0
+    if any(isinstance(t, bool) or (isinstance(t, torch.Tensor) and t.dtype == torch.bool) for t in items):
         raise TypeError(f"{name} must hold integer token ids, got a bool")
+    try:
+        ids = [operator.index(t) for t in items]
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of integer token ids") from None
     if not ids:
         raise ValueError(f"{name} must hold at least one token")
     if not all(0 <= t < vocab_size for t in ids):  # on CUDA a bad id would be a device-side assert
         raise ValueError(f"{name} token ids must be in [0, {vocab_size}), got {min(ids)}..{max(ids)}")
     return ids
+
+
+def check_prompt_tensors(prompts, vocab_size: int) -> None:
+    """prefill's prompts: 1-D integer tensors of ids in [0, vocab_size) (one
+    host read of their range where they are on a GPU)."""
+    for i, p in enumerate(prompts):
+        if not isinstance(p, torch.Tensor) or p.dim() != 1 or p.dtype == torch.bool or p.is_floating_point() \
+                or p.is_complex():
+            raise TypeError(f"prompts[{i}] must be a 1-D integer token-id tensor, got "
+                            f"{(p.dtype, tuple(p.shape)) if isinstance(p, torch.Tensor) else type(p).__name__}")
+        # (else the embedding's IndexError on the CPU, a device-side assert on CUDA)
+        if p.numel() and not (0 <= int(p.min()) and int(p.max()) < vocab_size):
+            raise ValueError(f"prompts[{i}] token ids must be in [0, {vocab_size}), got {int(p.min())}..{int(p.max())}")
 
 
 MODEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -234,6 +250,7 @@ class LlamaModel(nn.Module):
     def prefill(self, prompts, slots, cache: PagedKVCache) -> torch.Tensor:
         """prompts: token-id tensors (one per sequence, already given their cache
         slots by ``cache.append``); returns the logits of each prompt's last token [B, vocab]."""
+        check_prompt_tensors(prompts, self.cfg.vocab_size)
         lengths = [int(p.numel()) for p in prompts]
         if not lengths or min(lengths) < 1:
             raise ValueError(f"prompts must be a non-empty list of non-empty token tensors, got lengths {lengths}")
