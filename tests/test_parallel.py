@@ -107,7 +107,9 @@ def test_sharding_refuses_what_it_cannot_do():
             parallel.shard(layer, "column", gather_output=bad)
     with pytest.raises(TypeError, match=r"layer must be an FP8Linear \(fp8ext.parallel.shard takes an nn.Linear"):
         parallel.TensorParallelFP8Linear(nn.Linear(4, 4), "column")
-    for bad in ((100,), (128, 256), (0, 256), (-16, 272), (128.0, 128.0), ()):
+    with pytest.raises(TypeError, match=r"layer must be a plain nn.Linear \(TensorParallelFP8Linear takes"):
+        parallel.TensorParallelLinear(layer, "column")  # its FP8 codes would be taken as the weight (helper-63)
+    for bad in ((100,), (128, 256), (0, 256), (-16, 272), (128.0, 128.0), (), 32):
         with pytest.raises(ValueError, match=r"parts must be positive ints adding up to out_features \(256\)"):
             parallel.shard(layer, "column", parts=bad)
 
@@ -217,6 +219,21 @@ def test_world_of_one_shards_any_shape_into_the_whole_layer(world_of_one, name, 
         col = parallel.shard(qkv, "column", gather_output=gather, parts=(576, 192, 192))
         torch.testing.assert_close(col(x), qkv(x), rtol=0, atol=0)
     torch.testing.assert_close(parallel.shard(o, "row")(x), o(x), rtol=0, atol=0)
+
+
+def test_shards_name_a_wrong_input_width_and_shard_model_its_arguments(world_of_one):
+    from fp8ext.serving.tensor_parallel import shard_model
+    layer = nn.Linear(64, 32)
+    for style in ("column", "row"):
+        with pytest.raises(ValueError, match=r"x must be .*\[\.\.\., 64\], got \(3, 63\)"):
+            parallel.shard(layer, style)(torch.randn(3, 63))
+    with pytest.raises(TypeError, match="model must be a fp8ext.serving.LlamaModel, got Linear"):
+        shard_model(layer)
+    from fp8ext.serving import LlamaConfig, LlamaModel
+    cfg = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_layers=1, num_heads=4,
+                      num_kv_heads=2, head_dim=16)
+    with pytest.raises(TypeError, match="group must be a torch.distributed ProcessGroup or None, got str"):
+        shard_model(LlamaModel.random(cfg, torch.float32), group="x")
 
 
 def test_serving_model_shards_at_world_one_whatever_its_sizes(world_of_one, seed):

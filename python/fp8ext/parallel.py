@@ -34,6 +34,8 @@ quantizing: the weight codes and scales are sliced, never re-quantized.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -146,6 +148,8 @@ def _checked_parts(parts, out_features: int) -> tuple:
     """A fused layer's part sizes: positive ints that add up to out_features (None: one part)."""
     if parts is None:
         return (out_features,)
+    if isinstance(parts, (str, bytes)) or not isinstance(parts, Iterable):
+        raise ValueError(f"parts must be positive ints adding up to out_features ({out_features}), got {parts!r}")
     parts = tuple(parts)
     if not parts or any(not is_int(p) or p < 1 for p in parts) or \
             sum(parts) != out_features:
@@ -188,6 +192,9 @@ class TensorParallelLinear(nn.Module):
 
     def __init__(self, layer: nn.Linear, style: str, group=None, gather_output: bool = False, parts=None):
         super().__init__()
+        if type(layer) is not nn.Linear:  # an FP8Linear's codes would be taken as its weight
+            raise TypeError(f"layer must be a plain nn.Linear (TensorParallelFP8Linear takes an FP8Linear), "
+                            f"got {type(layer).__name__}")
         world, rank = _world_and_rank(style, group, gather_output)
         self.group, self.style, self.gather_output = group, style, gather_output
         self.world_size = world
@@ -205,12 +212,13 @@ class TensorParallelLinear(nn.Module):
             self.bias = None if b is None else nn.Parameter(b, requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.weight.shape[1]:
+            want = "the whole input" if self.style == "column" else \
+                "this rank's shard of the input (in_features / world size)"
+            raise ValueError(f"x must be {want}, [..., {self.weight.shape[1]}], got {tuple(x.shape)}")
         if self.style == "column":
             y = torch.nn.functional.linear(x, self.weight, self.bias)
             return _gather(y, self.parts, self.world_size, self.group) if self.gather_output else y
-        if x.shape[-1] != self.weight.shape[1]:
-            raise ValueError(f"x must be this rank's shard of the input, [..., {self.weight.shape[1]}] "
-                             f"(in_features / world size), got {tuple(x.shape)}")
         y = torch.nn.functional.linear(x, self.weight)
         dist.all_reduce(y, op=dist.ReduceOp.SUM, group=self.group)
         return y if self.bias is None else y + self.bias

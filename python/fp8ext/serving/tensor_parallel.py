@@ -21,8 +21,12 @@ from fp8ext.serving.model import LlamaModel
 
 def shard_model(model: LlamaModel, group=None) -> LlamaModel:
     """Turns ``model`` (quantized or not) into this rank's shard, in place."""
+    if not isinstance(model, LlamaModel):
+        raise TypeError(f"model must be a fp8ext.serving.LlamaModel, got {type(model).__name__}")
     if not dist.is_initialized():
         raise RuntimeError("torch.distributed must be initialized (dist.init_process_group) first")
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"group must be a torch.distributed ProcessGroup or None, got {type(group).__name__}")
     world = dist.get_world_size(group)
     cfg = model.cfg
     for name in ("num_heads", "num_kv_heads", "intermediate_size"):
