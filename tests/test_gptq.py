@@ -127,6 +127,18 @@ def test_bad_input():
         round_weight(torch.ones(4, 8), torch.ones(4, 7), torch.float8_e4m3fn, torch.eye(8))
     with pytest.raises(TypeError, match="layer must be an FP8Linear"):
         gptq_round_layer(linear, linear.weight.detach(), h)
+    # helper-63: a bool or complex Hessian was read as its real values, a list failed inside,
+    # int8 "codes" came back, and a zero scale rounded every code to +-448.
+    for bad_h, what in ((torch.eye(32, dtype=torch.bool), "torch.bool"), (h.to(torch.complex64), "torch.complex64"),
+                        ([[1.0]], "list")):
+        with pytest.raises(TypeError, match=f"hessian must be a floating-point tensor, got {what}"):
+            gptq_round_layer(layer, linear.weight.detach(), bad_h)
+    with pytest.raises(TypeError, match="weight must be a floating-point tensor, got list"):
+        gptq_round_layer(layer, [[0.0]], h)
+    with pytest.raises(TypeError, match="dtype must be torch.float8_e4m3fn or torch.float8_e5m2, got torch.int8"):
+        round_weight(torch.ones(4, 8), torch.ones(4, 8), torch.int8, torch.eye(8))
+    with pytest.raises(ValueError, match="scale must be finite and > 0 everywhere"):
+        round_weight(torch.ones(4, 8), torch.zeros(4, 8), torch.float8_e4m3fn, torch.eye(8))
     bad = linear.weight.detach().clone()
     bad[3, 4] = float("nan")
     with pytest.raises(ValueError, match="non-finite"):

@@ -87,12 +87,23 @@ def _inverse_cholesky(h: torch.Tensor) -> torch.Tensor | None:
     return None
 
 
+def _check_float_tensors(**tensors) -> None:
+    """Each must be a real floating-point tensor (a bool or complex Hessian was taken as its real values)."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got "
+                            f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
+
+
 def round_weight(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, hessian: torch.Tensor) -> torch.Tensor:
     """FP8 codes ``[N, K]`` of ``dtype`` for ``weight [N, K]`` with per-element
     dequantization scales ``scale [N, K]`` (weight ~= codes * scale), rounded so
     that ``(codes * scale) @ X^T`` stays close to ``weight @ X^T`` for inputs
     with ``hessian = X^T X [K, K]``. Columns go in order of decreasing input
     energy (H's diagonal), the usual order that helps most."""
+    _check_float_tensors(weight=weight, scale=scale, hessian=hessian)
+    if dtype not in (torch.float8_e4m3fn, torch.float8_e5m2):
+        raise TypeError(f"dtype must be torch.float8_e4m3fn or torch.float8_e5m2, got {dtype}")
     if weight.dim() != 2 or scale.shape != weight.shape:
         raise ValueError(f"weight must be 2-D and scale of its shape, got {tuple(weight.shape)} and "
                          f"{tuple(scale.shape)}")
@@ -101,6 +112,8 @@ def round_weight(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, 
         raise ValueError(f"hessian must be [{k}, {k}], got {tuple(hessian.shape)}")
     if not torch.isfinite(weight).all():
         raise ValueError("weight has non-finite values: GPTQ rounding needs a finite weight")
+    if not bool((torch.isfinite(scale) & (scale > 0)).all()):  # 0 would round every code to +-max
+        raise ValueError("scale must be finite and > 0 everywhere")
     h = hessian.double().clone()
     dead = h.diagonal() == 0  # inputs that were always 0: round to nearest, pass no error on
     live = h.diagonal()[~dead]
@@ -141,6 +154,7 @@ def gptq_round_layer(layer: FP8Linear, weight: torch.Tensor, hessian: torch.Tens
     :meth:`FP8Linear.from_linear`) with GPTQ, in place, keeping its scales."""
     if not isinstance(layer, FP8Linear):
         raise TypeError(f"layer must be an FP8Linear, got {type(layer).__name__}")
+    _check_float_tensors(weight=weight, hessian=hessian)
     k = layer.in_features
     if weight.shape != (layer.out_features, k):
         raise ValueError(f"weight must be [{layer.out_features}, {k}], got {tuple(weight.shape)}")
