@@ -612,6 +612,17 @@ def test_serving_entry_points_refuse_what_they_cannot_run():
             engine.submit(bad, 2)
 
 
+def test_serving_entry_points_name_a_wrong_object():
+    """helper-63: each of these gave an AttributeError from inside."""
+    from fp8ext.serving.evaluate import perplexity
+    with pytest.raises(TypeError, match="model must be a fp8ext.serving.LlamaModel, got Linear"):
+        perplexity(torch.nn.Linear(2, 2), torch.zeros(1, 40, dtype=torch.long))
+    with pytest.raises(TypeError, match="hf must be a transformers Llama config"):
+        LlamaConfig.from_hf(None)
+    with pytest.raises(TypeError, match="hf_model must be a transformers LlamaForCausalLM, got Linear"):
+        LlamaModel.from_hf(torch.nn.Linear(2, 2))
+
+
 def test_small_serving_pieces_check_their_numbers():
     from fp8ext import evaluation
     from fp8ext.cuda_graphs import replay_times_ms

@@ -39,6 +39,8 @@ class LlamaConfig:
         window). RoPE scaling (Llama 3.1's long-context rule), sliding windows,
         biases and other architectures are not implemented: such configs are
         refused rather than run wrong."""
+        if not hasattr(hf, "hidden_size"):
+            raise TypeError(f"hf must be a transformers Llama config (model.config), got {type(hf).__name__}")
         model_type = getattr(hf, "model_type", "llama")
         if model_type not in ("llama", "mistral"):  # Qwen2's q/k/v biases, say, have no config flag to check
             raise ValueError(f"model_type {model_type!r} is not supported (Llama-architecture models only)")

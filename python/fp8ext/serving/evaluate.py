@@ -17,6 +17,8 @@ def perplexity(model: LlamaModel, windows: torch.Tensor, cache_dtype=None, prefi
                kv_scales=None, page_size: int = 16) -> float:
     """exp(mean next-token loss) over tokens prefix..W-1 of every window [B, W]
     (cache_dtype: float32 on the CPU, bf16 on CUDA unless given)."""
+    if not isinstance(getattr(model, "_orig_mod", model), LlamaModel):  # torch.compile's wrapper forwards
+        raise TypeError(f"model must be a fp8ext.serving.LlamaModel, got {type(model).__name__}")
     if cache_dtype is None:
         cache_dtype = torch.float32 if model.device.type == "cpu" else torch.bfloat16
     if not isinstance(windows, torch.Tensor) or windows.dim() != 2 or windows.shape[0] < 1 or \

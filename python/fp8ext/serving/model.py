@@ -148,6 +148,8 @@ class LlamaModel(nn.Module):
     @classmethod
     def from_hf(cls, hf_model, dtype=torch.bfloat16, device=None) -> "LlamaModel":
         """From a transformers LlamaForCausalLM (its weights are copied; q/k/v and gate/up are concatenated)."""
+        if not isinstance(hf_model, nn.Module) or not hasattr(hf_model, "config"):
+            raise TypeError(f"hf_model must be a transformers LlamaForCausalLM, got {type(hf_model).__name__}")
         cfg = LlamaConfig.from_hf(hf_model.config)
         sd = hf_model.state_dict()
         fp8 = [n for n, t in sd.items() if t.is_floating_point() and t.element_size() == 1]
