@@ -112,9 +112,11 @@ def check_prompt_tensors(prompts, vocab_size: int) -> None:
                 or p.is_complex():
             raise TypeError(f"prompts[{i}] must be a 1-D integer token-id tensor, got "
                             f"{(p.dtype, tuple(p.shape)) if isinstance(p, torch.Tensor) else type(p).__name__}")
-        # (else the embedding's IndexError on the CPU, a device-side assert on CUDA)
-        if p.numel() and not (0 <= int(p.min()) and int(p.max()) < vocab_size):
-            raise ValueError(f"prompts[{i}] token ids must be in [0, {vocab_size}), got {int(p.min())}..{int(p.max())}")
+        if not p.numel():
+            continue  # (prefill names an empty prompt)
+        lo, hi = torch.stack(torch.aminmax(p)).tolist()  # one read
+        if not 0 <= lo <= hi < vocab_size:  # else an IndexError in the embedding (a device-side assert on CUDA)
+            raise ValueError(f"prompts[{i}] token ids must be in [0, {vocab_size}), got {lo}..{hi}")
 
 
 MODEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
