@@ -65,12 +65,12 @@ def cached_keys(cache, layer):
     return layers[layer].keys if layers is not None else cache.key_cache[layer]
 
 
-def test_kv_scales_cover_k_as_the_cache_stores_it_after_rope(seed):
-    """k_proj's output is K before RoPE; the cache stores it rotated, which can be up to
-    sqrt(2) larger. The default k_scale bounds the stored K (no code saturates); the
-    pre-RoPE one (rotary=False) is exactly k_proj's amax."""
+def calibrated_keys():
+    """A tiny Llama (k_proj widened, so that RoPE's small angles still move K's amax),
+    calibrated on two random batches, and the amax of K per (layer, KV head) as the
+    Hugging Face cache stores it, after RoPE: (result, stored [2, 2])."""
     model = tiny_llama()
-    with torch.no_grad():  # wider than the positions' small angles alone would show
+    with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.k_proj.weight.mul_(4)
     batches = [torch.randint(0, 128, (2, 60)) for _ in range(2)]
@@ -81,6 +81,14 @@ def test_kv_scales_cover_k_as_the_cache_stores_it_after_rope(seed):
             cache = model(ids, use_cache=True).past_key_values
             for i in range(2):
                 stored[i] = torch.maximum(stored[i], cached_keys(cache, i).abs().amax(dim=(0, 2, 3)))
+    return result, stored
+
+
+def test_kv_scales_cover_k_as_the_cache_stores_it_after_rope(seed):
+    """k_proj's output is K before RoPE; the cache stores it rotated, which can be up to
+    sqrt(2) larger. The default k_scale bounds the stored K (no code saturates); the
+    pre-RoPE one (rotary=False) is exactly k_proj's amax."""
+    result, stored = calibrated_keys()
     for i in range(2):
         attn = f"model.layers.{i}.self_attn"
         bound = result.kv_scales("e4m3")[attn]["k_scale"] * 448.0
@@ -88,6 +96,14 @@ def test_kv_scales_cover_k_as_the_cache_stores_it_after_rope(seed):
         assert (bound <= result.kv_amax[attn]["k"] * 2 ** 0.5 * (1 + 1e-6)).all()
         pre = result.kv_scales("e4m3", rotary=False)[attn]["k_scale"] * 448.0
         assert torch.allclose(pre, result.kv_amax[attn]["k"])
+
+
+def test_rope_can_raise_k_past_its_pre_rope_amax():
+    """Why kv_scales bounds the rotated K: on this data the stored K exceeds k_proj's
+    amax. Whether it does depends on the data (about 1 seed in 40 of the test above
+    gives none of its four heads), so the seed is pinned here."""
+    torch.manual_seed(0)
+    result, stored = calibrated_keys()
     assert (stored > torch.stack([result.kv_amax[f"model.layers.{i}.self_attn"]["k"] for i in range(2)])).any()
 
 
