@@ -30,6 +30,7 @@ from typing import Mapping, Sequence
 import torch
 
 from fp8ext.checks import check_positive_int, check_real_tensor, is_finite_number, is_int
+from fp8ext.ops.fused import check_rotary_tables_are_tensors
 from fp8ext.ops.kv_cache_reference import CACHE_DTYPES, CPU_CACHE_DTYPES, CUDA_HEAD_DIMS, check_scale_values
 
 FP8_CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -289,6 +290,7 @@ class PagedKVCache:
         self._check_layer(layer)
         if not is_int(num_q_heads):  # the op's int argument would take True as 1
             raise TypeError(f"num_q_heads must be an int, got {num_q_heads!r}")
+        check_rotary_tables_are_tensors(cos, sin)
         return torch.ops.fp8ext.kv_cache_write_rotary(qkv, cos, sin, self.k[layer], self.v[layer], slot_mapping,
                                                       self.k_scale[layer], self.v_scale[layer], num_q_heads)
 

@@ -75,6 +75,13 @@ def rotate_half(x, cos, sin):
     return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * sin
 
 
+def check_rotary_tables_are_tensors(cos, sin) -> None:
+    """(The CUDA op's schema takes None for a tensor and names only its shape.)"""
+    for name, t in (("cos", cos), ("sin", sin)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+
+
 def check_rotary(qkv, cos, sin, k_cache, v_cache, num_q_heads, read_memory: bool = True) -> None:
     """kv_cache_write_rotary's own checks (kv_cache_write checks the rest);
     read_memory=False (the fakes) leaves out the overlap checks (pools, qkv)."""
@@ -91,9 +98,8 @@ def check_rotary(qkv, cos, sin, k_cache, v_cache, num_q_heads, read_memory: bool
     if qkv.dim() != 2 or qkv.shape[1] != cols:
         raise ValueError(f"qkv must be [num_tokens, {cols}] ((num_q_heads + 2 * num_kv_heads) * head_dim), "
                          f"got {tuple(qkv.shape)}")
+    check_rotary_tables_are_tensors(cos, sin)
     for name, t in (("cos", cos), ("sin", sin)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
         if t.shape != (qkv.shape[0], dim):
             raise ValueError(f"{name} must be [{qkv.shape[0]}, {dim}] (num_tokens, head_dim), got {tuple(t.shape)}")
         if t.dtype != qkv.dtype:
