@@ -32,6 +32,16 @@ def test_decode_all_codes_matches_torch(fmt):
     assert torch.equal(torch.signbit(ours[ok]), torch.signbit(theirs[ok]))
 
 
+@pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.name)
+def test_non_finite_codes_are_exactly_the_nan_and_inf_codes(fmt):
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(fmt.torch_dtype)
+    want = ~torch.isfinite(codes.float())
+    assert torch.equal(formats.non_finite_codes(codes), want)
+    assert int(want.sum()) == (8 if fmt.has_inf else 2)  # E5M2: +-inf and 6 NaNs; E4M3: +-NaN
+    with pytest.raises(TypeError, match="codes must be float8"):
+        formats.non_finite_codes(torch.zeros(4, dtype=torch.uint8))
+
+
 def _all_16bit(dtype):
     return torch.arange(65536, dtype=torch.int32).to(torch.int16).view(dtype)
 

@@ -88,6 +88,16 @@ def decode(codes: torch.Tensor, fmt=E4M3) -> torch.Tensor:
     return value.to(torch.float32)
 
 
+def non_finite_codes(codes: torch.Tensor) -> torch.Tensor:
+    """Where a float8 tensor holds NaN (E4M3: S.1111.111) or Inf/NaN (E5M2: exponent
+    all ones), read from the bits: no float copy of a large weight."""
+    if codes.dtype not in (E4M3.torch_dtype, E5M2.torch_dtype):
+        raise TypeError(f"codes must be float8_e4m3fn or float8_e5m2, got {codes.dtype}")
+    mask = 0x7C if get_format(codes.dtype).has_inf else 0x7F  # E5M2: the exponent field; E4M3: all but the sign
+    bits = codes.view(torch.uint8)
+    return (bits & mask) == mask
+
+
 def cast(x: torch.Tensor, fmt=E4M3, saturate: bool = True) -> torch.Tensor:
     """Element-wise cast to FP8 (no scaling).
 

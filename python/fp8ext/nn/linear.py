@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from fp8ext import _native, gemm, quantize as quantize_api
+from fp8ext.formats import non_finite_codes
 from fp8ext.ops.reference import pad_cols
 from fp8ext.recipes import CurrentScaling, Recipe
 from fp8ext.scaling_state import ScalingState
@@ -299,15 +300,6 @@ class _StraightThroughFP8Linear(torch.autograd.Function):
         return grad_x, grad_bias, None
 
 
-def _non_finite_codes(w: torch.Tensor) -> torch.Tensor:
-    """Where FP8 codes are NaN (E4M3: S.1111.111) or Inf/NaN (E5M2: exponent all ones),
-    read from the bits (no float copy of a large weight)."""
-    bits = w.view(torch.uint8)
-    if w.dtype == torch.float8_e4m3fn:
-        return (bits & 0x7F) == 0x7F
-    return (bits & 0x7C) == 0x7C
-
-
 def _readable(t: torch.Tensor) -> bool:
     """Whether a checkpoint tensor's values can be checked (a meta tensor's cannot)."""
     return t.device.type != "meta"
@@ -335,7 +327,7 @@ def _adapt_checkpoint(layer: FP8Linear, sd: dict, prefix: str) -> None:
             if bool((w[:, layer.in_features:].view(torch.uint8) & 0x7F).any()):
                 raise ValueError(f"{prefix}weight: the columns past in_features={layer.in_features} (K padding) "
                                  "must be zero")
-        if _readable(w) and bool(_non_finite_codes(w).any()):  # from_linear refuses them too
+        if _readable(w) and bool(non_finite_codes(w).any()):  # from_linear refuses them too
             raise ValueError(f"{prefix}weight: the checkpoint holds NaN or Inf codes (their output columns would "
                              "be NaN or Inf)")
     history = sd.get(prefix + "amax_history")
