@@ -90,6 +90,26 @@ def test_matches_hf_rope_then_write_bit_for_bit(device, dtype, cache_dtype, seed
 
 
 @each_device
+def test_takes_hugging_face_position_embeddings_as_they_come(device, seed):
+    """cos and sin straight from transformers' LlamaRotaryEmbedding (head axis dropped) rotate q
+    and K bit for bit as its apply_rotary_pos_emb does."""
+    llama = pytest.importorskip("transformers.models.llama.modeling_llama")
+    from transformers import LlamaConfig
+    config = LlamaConfig(hidden_size=4 * 64, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                         rope_theta=500000.0, max_position_embeddings=8192)
+    qkv, positions, _, _, cache, slots = case(11, 4, 2, 64, torch.bfloat16, torch.bfloat16, seed, "cpu")
+    cos, sin = llama.LlamaRotaryEmbedding(config)(qkv, positions[None])  # [1, T, D] each, in qkv's dtype
+    q, k, v = qkv.split((4 * 64, 2 * 64, 2 * 64), dim=-1)
+    want_q, want_k = llama.apply_rotary_pos_emb(q.reshape(1, -1, 4, 64).transpose(1, 2),
+                                                k.reshape(1, -1, 2, 64).transpose(1, 2), cos, sin)
+    fused = to(cache, device)
+    got_q = fused.write_rotary(0, qkv.to(device), 4, cos[0].to(device), sin[0].to(device), slots.to(device))
+    assert same_bits(got_q.cpu(), want_q[0].transpose(0, 1))
+    cache.write(0, want_k[0].transpose(0, 1), v.reshape(-1, 2, 64), slots)  # the plain write of HF's K
+    assert same_bits(fused.k[0].cpu(), cache.k[0]) and same_bits(fused.v[0].cpu(), cache.v[0])
+
+
+@each_device
 def test_non_finite_values_are_written_as_the_plain_write_writes_them(device, seed):
     qkv, positions, cos, sin, cache, slots = case(9, 4, 2, 64, torch.bfloat16, E4M3, seed, "cpu")
     qkv[0, 5], qkv[1, 4 * 64 + 3], qkv[2, 6 * 64 + 7] = float("nan"), float("inf"), float("-inf")  # q, K, V

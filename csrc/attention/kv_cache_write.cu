@@ -75,18 +75,21 @@ __global__ void __launch_bounds__(kThreads) kv_cache_write_kernel(Input<T> k, In
   }
 }
 
-// RoPE in the rotate-half layout with precomputed tables, rounded as PyTorch
-// rounds `x * cos + swap_halves(x) * sin` in T (each product, then the sum;
-// no FMA contraction, so float32 inputs match too). sin carries the sign of
-// the first half (python/fp8ext/ops/fused.py).
+// RoPE in the rotate-half layout with Hugging Face's tables (cos and sin of
+// the angles, each half the same), rounded as PyTorch rounds
+// `x * cos + rotate_half(x) * sin` in T, rotate_half(x) = [-x2, x1] (each
+// product, then the sum; no FMA contraction, so float32 inputs match too). In
+// the first half the partner enters negated: negating its rounded product is
+// exact, so the result is bit-identical (python/fp8ext/ops/fused.py).
 template <typename T>
 __device__ __forceinline__ void rotate_chunk(float (&x)[kChunk], const float (&partner)[kChunk],
-                                             const float (&cos)[kChunk], const float (&sin)[kChunk]) {
+                                             const float (&cos)[kChunk], const float (&sin)[kChunk],
+                                             bool first_half) {
 #pragma unroll
   for (int i = 0; i < kChunk; ++i) {
     const float a = to_float(from_float<T>(__fmul_rn(x[i], cos[i])));
     const float b = to_float(from_float<T>(__fmul_rn(partner[i], sin[i])));
-    x[i] = to_float(from_float<T>(__fadd_rn(a, b)));
+    x[i] = to_float(from_float<T>(__fadd_rn(a, first_half ? -b : b)));
   }
 }
 
@@ -117,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) kv_cache_write_rotary_kernel(Input<T
       qkv.load(token, head * dim + (c0 + dim / 2) % dim, partner);
       r.cos.load(token, c0, cos);
       r.sin.load(token, c0, sin);
-      rotate_chunk<T>(x, partner, cos, sin);
+      rotate_chunk<T>(x, partner, cos, sin, c0 < dim / 2);  // a chunk lies in one half (dim % 32 == 0)
     }
     if (is_q) {
       union { T h[kChunk]; uint4 w[kChunk * sizeof(T) / 16]; } u;

@@ -108,7 +108,7 @@ FP8EXT_TEST(rotary_write_rotates_q_and_k_then_writes) {
     const float* row = &qkv[t * stride + head * kDim];
     const float a = row[d] * cos[t * kDim + d];
     const float b = row[(d + kDim / 2) % kDim] * sin[t * kDim + d];
-    return a + b;
+    return d < kDim / 2 ? a - b : a + b;  // rotate_half(x) = [-x2, x1]
   };
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t d = 0; d < kDim; ++d) {

@@ -283,10 +283,12 @@ class PagedKVCache:
     def write_rotary(self, layer: int, qkv: torch.Tensor, num_q_heads: int, cos: torch.Tensor, sin: torch.Tensor,
                      slot_mapping: torch.Tensor) -> torch.Tensor:
         """`write` fused with RoPE, for a fused QKV projection's output qkv
-        [num_tokens, (num_q_heads + 2 H_kv) * D]: q and K are rotated with the
-        rotate-half tables cos, sin [num_tokens, D] (sin's first half negated),
-        K and V go into their slots, and the rotated q [num_tokens, num_q_heads, D]
-        is returned. One launch on the GPU; D must be a multiple of 32."""
+        [num_tokens, (num_q_heads + 2 H_kv) * D]: q and K are rotated in the
+        rotate-half layout with cos, sin [num_tokens, D] as Hugging Face's rotary
+        embedding returns them (``position_embeddings``, its head axis dropped),
+        bit for bit as ``apply_rotary_pos_emb``; K and V go into their slots, and
+        the rotated q [num_tokens, num_q_heads, D] is returned. One launch on the
+        GPU; D must be a multiple of 32."""
         self._check_layer(layer)
         if not is_int(num_q_heads):  # the op's int argument would take True as 1
             raise TypeError(f"num_q_heads must be an int, got {num_q_heads!r}")

@@ -69,10 +69,11 @@ def silu_mul_quantize_per_row(x, dtype, margin, power_of_two, pad_k_to):
 
 
 def rotate_half(x, cos, sin):
-    """RoPE in the rotate-half layout: x * cos + swap_halves(x) * sin, where sin's
-    first half is negated (so no negation of x is needed; exact either way)."""
+    """RoPE in the rotate-half layout with Hugging Face's tables (cos and sin of
+    the angles, the two halves equal): x * cos + [-x2, x1] * sin, rounded as
+    transformers' apply_rotary_pos_emb rounds it."""
     half = x.shape[-1] // 2
-    return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * sin
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
 def check_rotary_tables_are_tensors(cos, sin) -> None:

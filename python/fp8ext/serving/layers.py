@@ -48,11 +48,11 @@ class Rotary(nn.Module):
         self.register_buffer("inv_freq", 1.0 / (theta ** exponents), persistent=False)
 
     def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple:
-        """cos and sin [tokens, 1, head_dim] in `dtype`; sin's first half negated, which
-        `rotate` uses in place of negating x's second half (exact either way)."""
+        """cos and sin [tokens, 1, head_dim] in `dtype`, as Hugging Face Llama's
+        rotary embedding gives them (each half the same angles)."""
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
         cos, sin = freqs.cos().to(dtype), freqs.sin().to(dtype)
-        return torch.cat((cos, cos), dim=-1)[:, None, :], torch.cat((-sin, sin), dim=-1)[:, None, :]
+        return torch.cat((cos, cos), dim=-1)[:, None, :], torch.cat((sin, sin), dim=-1)[:, None, :]
 
     @staticmethod
     def rotate(x: torch.Tensor, tables: tuple) -> torch.Tensor:
