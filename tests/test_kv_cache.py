@@ -342,6 +342,18 @@ def test_scales_by_layer_index_follow_their_keys_not_their_order():
             PagedKVCache(1, 2, 64, 4, 16, E4M3, scales=bad)
 
 
+def test_scales_by_name_follow_the_layer_numbers_in_the_names():
+    """A checkpoint's keys come sorted as strings (layers.10 before layers.2): the layer numbers
+    order them. Names that differ otherwise (an encoder and a decoder) keep the order given."""
+    scales = {f"model.layers.{i}.self_attn": {"k_scale": float(i + 1), "v_scale": 1.0} for i in range(12)}
+    cache = PagedKVCache(12, 2, 64, 4, 16, E4M3, scales=dict(sorted(scales.items())))
+    assert [t[0].item() for t in cache.k_scale] == [float(i + 1) for i in range(12)]
+    mixed = {"encoder.layers.1.attn": {"k_scale": 1.0, "v_scale": 1.0}, "decoder.layers.0.attn": {"k_scale": 2.0,
+                                                                                                  "v_scale": 1.0}}
+    cache = PagedKVCache(2, 2, 64, 4, 16, E4M3, scales=mixed)
+    assert [t[0].item() for t in cache.k_scale] == [1.0, 2.0]
+
+
 def test_plan_refills_in_place_for_graph_replay():
     cache = make_cache(pages=16, page_size=4)
     fill(cache, [5, 9])

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import warnings
 from typing import Mapping, Sequence
 
@@ -139,6 +140,18 @@ class UnknownSequenceError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+def _by_layer_number(names: list) -> list:
+    """Attention names in layer order: where they differ only in their numbers
+    ("model.layers.10.self_attn" and "model.layers.2.self_attn", as a checkpoint's
+    sorted keys list them), ordered by those numbers; otherwise as given (model
+    order, as calibrate returns them)."""
+    numbers = [tuple(int(n) for n in re.findall(r"\d+", str(name))) for name in names]
+    skeletons = {re.sub(r"\d+", "#", str(name)) for name in names}
+    if len(skeletons) != 1 or len(set(numbers)) != len(names):
+        return list(names)
+    return [name for _, name in sorted(zip(numbers, names))]
+
+
 class PagedKVCache:
     """K and V page pools for ``num_layers`` layers, each [num_pages, page_size,
     num_kv_heads, head_dim] of ``dtype`` (float8_e4m3fn, float8_e5m2, bfloat16,
@@ -148,7 +161,8 @@ class PagedKVCache:
     ``scales``: per layer ``{"k_scale": s, "v_scale": s}`` with s a float or a
     tensor of one value or ``num_kv_heads``: a list in layer order, a mapping
     by layer index (keys 0 .. num_layers - 1), or a mapping by attention name
-    in model order (what ``fp8ext.calibrate(...).kv_scales(fmt)`` returns);
+    (what ``fp8ext.calibrate(...).kv_scales(fmt)`` returns; names that differ only in
+    their layer numbers are ordered by them, so a checkpoint's sorted keys work too);
     None gives 1.0 (an FP8 cache then warns).
     ``max_pages_per_seq`` bounds one sequence's pages (default: the pool's);
     it is the width of a plan's block table. A CUDA cache takes head_dim 64,
@@ -187,7 +201,7 @@ class PagedKVCache:
         """Per layer float32 [H_kv] tensors from `scales`: None (1.0), or per
         layer a {"k_scale", "v_scale"} mapping (calibrate(...).kv_scales(fmt)
         gives one per attention layer, in model order), as a sequence, a
-        mapping by layer index, or a mapping by name whose values are taken in order."""
+        mapping by layer index, or a mapping by name (see _by_layer_number)."""
         ones = [torch.ones(self.num_kv_heads, device=self.device) for _ in range(self.num_layers)]
         if scales is None:
             if self.dtype in FP8_CACHE_DTYPES:
@@ -210,7 +224,7 @@ class PagedKVCache:
         if isinstance(scales, Mapping):
             keys = list(scales)
             if not all(is_int(key) for key in keys):
-                return list(scales.values())  # by name, in model order
+                return [scales[key] for key in _by_layer_number(keys)]
             if sorted(keys) != list(range(self.num_layers)):
                 raise ValueError(f"scales by layer index must have the keys 0 .. {self.num_layers - 1}, "
                                  f"got {sorted(keys)}")
