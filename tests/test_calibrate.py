@@ -127,6 +127,24 @@ def test_calibration_leaves_dynamic_recipes_and_restores_fp8_compute(seed):
     assert torch.equal(model(x), before)  # nothing to fix for current scaling; FP8 compute is back
 
 
+def test_delayed_layers_start_from_the_calibrated_amax(seed):
+    """A delayed layer's first call after calibration quantizes with the scale its recipe derives
+    from the calibration amax (as if that data had been its last call), not with 1.0."""
+    model = Model()
+    convert(model, fp8ext.DelayedScaling(amax_history_len=4, margin=1))
+    batches = [torch.randn(2, 5, 64) * 300 for _ in range(2)]  # inputs past 448: scale 1 would saturate them
+    result = fp8ext.calibrate(model, batches, margin=3, progress=False)  # margin applies to static layers only
+    for name, m in model.named_modules():
+        if isinstance(m, FP8Linear):
+            amax = result.input_amax[name]
+            assert m.amax_history.tolist() == [amax.item(), 0.0, 0.0, 0.0], name
+            assert m.input_scale.item() == pytest.approx(amax.item() * 2 / 448.0, rel=1e-6), name
+    twin = dequantized_twin(model)
+    x = batches[0]
+    err = ((model(x) - twin(x)).norm() / twin(x).norm()).item()
+    assert err < 0.06
+
+
 def test_calibrate_errors():
     with pytest.raises(ValueError, match="batches is empty"):
         fp8ext.calibrate(Model(), [], progress=False)
@@ -182,7 +200,7 @@ def test_static_layers_the_batches_never_reach_are_reported():
     model = nn.ModuleDict({"a": nn.Linear(8, 8), "b": nn.Linear(8, 8)})
     with pytest.warns(UserWarning):
         convert(model, PerTensorStatic())
-    with pytest.warns(UserWarning, match="calibration never ran 1 static layers"):
+    with pytest.warns(UserWarning, match="calibration never ran 1 static or delayed layers"):
         fp8ext.calibrate(_Only(model), [torch.randn(2, 8)], progress=False)
     assert model["b"].input_scale.item() == 1.0
 

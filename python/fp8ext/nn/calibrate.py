@@ -111,7 +111,10 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
     unquantized input, so that no uncalibrated scale distorts the amax of the
     layers after it. Afterwards the layers with a static recipe get
     ``input_scale = amax * 2**margin / fp8_max`` (the recipe's own margin is
-    added); other recipes keep scaling at run time.
+    added); delayed-scaling layers get a history holding that amax alone
+    (newest slot) and the scale their recipe derives from it (its own margin,
+    not ``margin``), as if the calibration data had been their last call, so
+    their first calls do not quantize with scale 1; current scaling needs nothing.
 
     ``head_dim`` splits the K/V projections' outputs into heads; it defaults to
     ``model.config.head_dim`` (or hidden_size / num_attention_heads) when the
@@ -127,7 +130,8 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
     result = CalibrationResult()
     hd = _head_dim(model, head_dim)
     fp8_layers = {name: m for name, m in model.named_modules() if isinstance(m, FP8Linear)}
-    for name, m in fp8_layers.items():
+    seeded = {name: m for name, m in fp8_layers.items() if m.recipe.needs_state}  # static and delayed
+    for name, m in seeded.items():
         if m.recipe.activation_mode == "static":
             check_margin(m.recipe.margin + margin, f"margin + {name}'s recipe margin")
     kv_layers = {name: m for name, m in model.named_modules()
@@ -176,13 +180,17 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
             h.remove()
     if result.batches == 0:
         raise ValueError("batches is empty: calibration needs at least one batch")
-    unseen = [n for n, m in fp8_layers.items() if m.recipe.activation_mode == "static" and n not in result.input_amax]
+    unseen = [n for n in seeded if n not in result.input_amax]
     if unseen:
-        warnings.warn(f"calibration never ran {len(unseen)} static layers (their input_scale stays as it was): "
-                      f"{unseen[:5]}", stacklevel=2)
-    for name, m in fp8_layers.items():
-        if m.recipe.activation_mode == "static" and name in result.input_amax:
-            s = scale_from_amax(result.input_amax[name], m.recipe.activation_format.torch_dtype,
-                                m.recipe.margin + margin, m.recipe.power_of_two_scales)
-            m.input_scale.copy_(s)
+        warnings.warn(f"calibration never ran {len(unseen)} static or delayed layers (their input_scale stays "
+                      f"as it was): {unseen[:5]}", stacklevel=2)
+    for name, m in seeded.items():
+        if name in result.input_amax:
+            amax, static = result.input_amax[name], m.recipe.activation_mode == "static"
+            m.input_scale.copy_(scale_from_amax(amax, m.recipe.activation_format.torch_dtype,
+                                                m.recipe.margin + (margin if static else 0),
+                                                m.recipe.power_of_two_scales))
+            if not static:
+                m.amax_history.zero_()
+                m.amax_history[0] = amax
     return result
