@@ -72,6 +72,24 @@ def test_output_follows_input_dtype(dtype, seed):
     assert layer(x.float()).dtype == torch.float32  # any supported input dtype works
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_sets_the_compute_and_output_dtype_as_for_nn_linear(dtype, seed):
+    linear = nn.Linear(64, 32)
+    layer = FP8Linear.from_linear(linear, RowWise())
+    x = torch.randn(5, 64)
+    with torch.autocast("cpu", dtype=dtype):
+        y = layer(x)
+        assert y.dtype == linear(x).dtype == dtype
+    assert torch.equal(y, layer(x.to(dtype)))  # the input cast as autocast casts it, nothing else changed
+    with torch.autocast("cpu", dtype=dtype, enabled=False):
+        assert layer(x).dtype == torch.float32
+
+    def under_autocast(x):
+        with torch.autocast("cpu", dtype=dtype):
+            return layer(x)
+    assert torch.equal(torch.compile(under_autocast, fullgraph=True, backend="aot_eager")(x), y)
+
+
 def test_constructor_like_nn_linear():
     layer = FP8Linear(96, 40, bias=False, dtype=torch.bfloat16, recipe=RowWise())
     assert (layer.in_features, layer.out_features, layer.bias) == (96, 40, None)

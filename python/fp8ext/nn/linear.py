@@ -28,7 +28,8 @@ class FP8Linear(nn.Module):
     """``y = x @ W^T + b`` with W in FP8 and x quantized on the fly, as ``recipe`` says.
 
     Same constructor and forward contract as :class:`torch.nn.Linear`: any
-    leading batch dims; bf16, fp16 or fp32 input, output in the input's dtype.
+    leading batch dims; bf16, fp16 or fp32 input, output in the input's dtype
+    (under ``torch.autocast``, in autocast's dtype, as nn.Linear's).
     The weight is quantized once (per-tensor, per-channel or 128x128 blocks) and
     kept as an FP8 buffer ``weight`` [out_features, K padded to 16] with its
     float32 ``weight_scale``. Activation scaling follows the recipe: current
@@ -114,6 +115,14 @@ class FP8Linear(nn.Module):
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 nn.Linear's name: layer(input=h) works
         x = input
         _native.check_input(x, "input")
+        if torch.is_autocast_enabled(x.device.type):
+            # As nn.Linear: compute and return in autocast's dtype. The FP8 path
+            # itself (the CPU reference's float32 matmuls too) must not be autocast.
+            with torch.autocast(x.device.type, enabled=False):
+                return self._forward(x.to(torch.get_autocast_dtype(x.device.type)))
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"input must be [..., {self.in_features}], got shape {tuple(x.shape)}")
         lead = x.shape[:-1]
