@@ -98,6 +98,21 @@ def test_dequantize_errors():
     with pytest.raises(ValueError, match="scale must be on q's device \\(cpu\\), got meta"):
         dequantize(q, s.to("meta"))  # (torch's own error named neither argument: helper-60)
 
+def test_dequantize_reads_other_libraries_scale_shapes():
+    """vLLM's per-tensor [1] (and [1, 1]) and compressed-tensors' per-channel [N, 1]."""
+    x = torch.randn(6, 40)
+    q, s = quantize(x, CurrentScaling())
+    want = dequantize(q, s)
+    assert torch.equal(dequantize(q, s.reshape(1)), want) and torch.equal(dequantize(q, s.reshape(1, 1)), want)
+    q, s = quantize(x, RowWise())
+    want = dequantize(q, s)
+    assert torch.equal(dequantize(q, s.reshape(6, 1)), want)
+    assert torch.equal(dequantize(q, s.reshape(6, 1), "per_row"), want)
+    with pytest.raises(ValueError, match="granularity is required"):  # also a block scale's shape
+        dequantize(q, s.reshape(1, 6))
+    with pytest.raises(ValueError, match=r"per_row scale must have shape \(6,\) \(or \[6, 1\]\)"):
+        dequantize(q, s.reshape(1, 6), "per_row")
+
 
 @pytest.mark.parametrize("recipe", [RowWise(), BlockWise(), CurrentScaling()], ids=lambda r: type(r).__name__)
 def test_dequantize_takes_what_quantize_gives_for_zero_columns(recipe):

@@ -211,14 +211,18 @@ def silu_mul_quantize(x: torch.Tensor, recipe: Recipe, pad_k_to: int | None = No
     return q.reshape(*x.shape[:-1], q.shape[-1]), s
 
 
-def _infer_granularity(scale: torch.Tensor, granularity):
+def _infer_granularity(scale: torch.Tensor, granularity, rows: int):
+    """The other libraries' spellings count too: one value as [1] or [1, 1] (vLLM) is
+    per-tensor, [rows, 1] (compressed-tensors) per-row: the 1x128-group and
+    128x128-block scales of those shapes give the same values. ([1, rows] is not
+    read as per-row: it is also the block scale of a weight of <= 128 rows.)"""
     if granularity is not None:
         if granularity not in GRANULARITIES:
             raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
         return granularity
-    if scale.dim() == 0:
+    if scale.numel() == 1 and scale.dim() <= 2:
         return "per_tensor"
-    if scale.dim() == 1:
+    if scale.dim() == 1 or (scale.dim() == 2 and scale.shape[1] == 1 and scale.shape[0] == rows):
         return "per_row"
     raise ValueError("granularity is required for 2-D scales: 'group' (1x128 activations) or 'block' "
                      "(128x128 weights)")
@@ -231,8 +235,9 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, granularity: str | None = N
     Args:
         q: FP8 tensor [..., K_padded] (weights and group/block scales: 2-D).
         scale: as returned by :func:`quantize`.
-        granularity: "per_tensor" (0-d scale), "per_row" ([M]), "group" or
-            "block"; inferred for 0-d and 1-D scales, required for 2-D ones.
+        granularity: "per_tensor" (one value), "per_row" ([M]), "group" or
+            "block"; inferred for one value ([], [1], [1, 1]) and per-row scales
+            ([M], [M, 1]), required for other 2-D ones.
         cols: logical K (drops the padding columns); default q's last dim.
         out_dtype: float32 (default), bfloat16 or float16.
     Returns:
@@ -249,7 +254,7 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, granularity: str | None = N
         raise ValueError(f"scale must be on q's device ({q.device}), got {scale.device}")
     if q.dim() < 1:
         raise ValueError("q must have at least one dimension [..., K], got a 0-d tensor")
-    g = _infer_granularity(scale, granularity)
+    g = _infer_granularity(scale, granularity, math.prod(q.shape[:-1]))
     if cols is not None and not is_int(cols):
         raise TypeError(f"cols must be an int or None, got {cols!r}")
     k = q.shape[-1] if cols is None else cols
@@ -262,9 +267,10 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, granularity: str | None = N
         out = qf * scale.reshape(())
     elif g == "per_row":
         qf2 = qf.reshape(math.prod(qf.shape[:-1]), k)  # not -1: K may be 0
-        if scale.shape != (qf2.shape[0],):
-            raise ValueError(f"per_row scale must have shape ({qf2.shape[0]},), got {tuple(scale.shape)}")
-        out = (qf2 * scale[:, None]).reshape(qf.shape)
+        if tuple(scale.shape) not in ((qf2.shape[0],), (qf2.shape[0], 1)):
+            raise ValueError(f"per_row scale must have shape ({qf2.shape[0]},) (or [{qf2.shape[0]}, 1]), got "
+                             f"{tuple(scale.shape)}")
+        out = (qf2 * scale.reshape(-1, 1)).reshape(qf.shape)
     else:
         qf2 = qf.reshape(math.prod(qf.shape[:-1]), k)  # not -1: K may be 0
         m = qf2.shape[0]
