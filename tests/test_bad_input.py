@@ -98,6 +98,7 @@ def test_dequantize_errors():
     with pytest.raises(ValueError, match="scale must be on q's device \\(cpu\\), got meta"):
         dequantize(q, s.to("meta"))  # (torch's own error named neither argument: helper-60)
 
+
 def test_dequantize_reads_other_libraries_scale_shapes():
     """vLLM's per-tensor [1] (and [1, 1]) and compressed-tensors' per-channel [N, 1]."""
     x = torch.randn(6, 40)
