@@ -192,8 +192,33 @@ def test_fused_qkv_projections_are_not_taken_for_k_or_v():
         def forward(self, x):
             return self.qkv_proj(x).sum() + self.kv_proj(x).sum()
 
-    result = fp8ext.calibrate(Fused(), [torch.randn(2, 16)], progress=False)
+    with pytest.warns(UserWarning, match=r"the fused projections \['qkv_proj', 'kv_proj'\] are not split"):
+        result = fp8ext.calibrate(Fused(), [torch.randn(2, 16)], progress=False)
     assert result.kv_amax == {}
+
+
+def test_a_k_norm_beside_k_proj_is_what_is_measured(seed):
+    """Qwen3-style attention: K is normalised per head after k_proj, and the cache stores that."""
+    class NormedK(Attention):
+        def __init__(self):
+            super().__init__()
+            self.k_norm = nn.RMSNorm(16)
+            self.k_norm.weight.data.uniform_(0.5, 8.0)
+
+        def forward(self, x):
+            k = self.k_norm(self.k_proj(x).unflatten(-1, (2, 16)))  # [..., heads, head_dim]
+            return x + self.o_proj(torch.tanh(self.q_proj(x) + (k.flatten(-2) * self.v_proj(x)).repeat(1, 1, 2)))
+
+    model = NormedK()
+    seen = []
+    model.k_norm.register_forward_hook(lambda mod, a, o: seen.append(o))
+    batches = [torch.randn(3, 4, 64) for _ in range(2)]
+    result = fp8ext.calibrate(model, batches, head_dim=16, progress=False)
+    k = torch.cat([t.reshape(-1, 2, 16) for t in seen])
+    assert torch.allclose(result.kv_amax[""]["k"], k.abs().amax(dim=(0, 2)), rtol=1e-6)
+    with torch.no_grad():
+        raw = model.k_proj(torch.cat(batches)).reshape(-1, 2, 16).abs().amax(dim=(0, 2))
+    assert not torch.allclose(result.kv_amax[""]["k"], raw, rtol=0.1)  # what measuring k_proj's output gave
 
 
 def test_static_layers_the_batches_never_reach_are_reported():

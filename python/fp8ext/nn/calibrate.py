@@ -21,6 +21,8 @@ from fp8ext.ops.reference import amax_finite, scale_from_amax
 from fp8ext.recipes import check_margin
 
 KV_PROJ_NAMES = ("k_proj", "v_proj")  # the last name component (not qkv_proj / kv_proj)
+# Fused projections calibrate cannot split into K and V (it warns when it meets one).
+FUSED_KV_NAMES = ("qkv_proj", "kv_proj", "query_key_value", "W_pack", "c_attn", "Wqkv")
 
 
 @dataclass
@@ -85,6 +87,18 @@ def _rotated_bound(k: torch.Tensor, amax: torch.Tensor, per_head: bool) -> torch
     return torch.maximum(amax_finite(norms, dim=(0, 2)), amax)  # a finite k beside an Inf partner still counts
 
 
+def _kv_source(model: nn.Module, name: str, proj: nn.Module) -> nn.Module:
+    """The module whose output the cache stores for the projection `name`: a
+    k_norm / v_norm beside it when there is one, else the projection."""
+    attn, _, last = name.rpartition(".")
+    norm_name = f"{attn}.{last[0]}_norm" if attn else f"{last[0]}_norm"
+    try:
+        norm = model.get_submodule(norm_name)
+    except AttributeError:
+        return proj
+    return norm if isinstance(norm, nn.Module) else proj
+
+
 def _head_dim(model: nn.Module, head_dim: int | None) -> int | None:
     if head_dim is not None:
         return check_positive_int("head_dim", head_dim, " or None")
@@ -104,8 +118,12 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
     ``model(*batch)`` for a tuple or list, ``model(**batch)`` for a mapping; each
     module's own mode is restored afterwards) and records the amax of every :class:`FP8Linear`'s input and of every
     ``k_proj`` / ``v_proj`` output per KV head, with a bound on K after RoPE
-    (:meth:`CalibrationResult.kv_scales`). The last name component must be
-    exactly ``k_proj`` or ``v_proj``: fused ``qkv_proj`` layers are not split.
+    (:meth:`CalibrationResult.kv_scales`). Where a ``k_norm`` (``v_norm``) sits
+    beside the projection (Qwen3, OLMo2 and Gemma3 normalise K per head before
+    RoPE), its output is what the cache stores, and what is measured. The last
+    name component must be exactly ``k_proj`` or ``v_proj``: fused projections
+    (``qkv_proj``, ``query_key_value``, ...) are not split, and calibrate warns
+    when the model has some and no K/V was measured.
 
     During calibration every FP8Linear computes with its dequantized weight and
     unquantized input, so that no uncalibrated scale distorts the amax of the
@@ -144,12 +162,12 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
             result.input_amax[name] = amax if prev is None else torch.maximum(prev, amax)
         return hook
 
-    def record_kv(name):
+    def record_kv(name, width):
         attn, _, proj = name.rpartition(".")
         kv = proj[0]  # "k" or "v"
 
         def hook(_module, _args, out):
-            o = out.reshape(-1, out.shape[-1])
+            o = out.reshape(-1, width)  # a k_norm's output is [..., heads, head_dim]
             if o.shape[0] == 0:
                 return  # a batch without tokens has no K/V to record
             if head_dim is not None and o.shape[-1] % head_dim:
@@ -166,7 +184,8 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
         return hook
 
     handles = [m.register_forward_pre_hook(record_input(n), with_kwargs=True) for n, m in fp8_layers.items()]
-    handles += [m.register_forward_hook(record_kv(n)) for n, m in kv_layers.items()]
+    handles += [_kv_source(model, n, m).register_forward_hook(record_kv(n, m.out_features))
+                for n, m in kv_layers.items()]
     try:
         with contextlib.ExitStack() as stack, torch.no_grad():
             stack.enter_context(eval_mode(model))
@@ -180,6 +199,10 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
             h.remove()
     if result.batches == 0:
         raise ValueError("batches is empty: calibration needs at least one batch")
+    fused = [n for n, _ in model.named_modules() if n.rpartition(".")[2] in FUSED_KV_NAMES]
+    if fused and not result.kv_amax:
+        warnings.warn(f"calibrate measures K and V at k_proj / v_proj only: the fused projections {fused[:3]} "
+                      "are not split, so no k_scale / v_scale was measured", stacklevel=2)
     unseen = [n for n in seeded if n not in result.input_amax]
     if unseen:
         warnings.warn(f"calibration never ran {len(unseen)} static or delayed layers (their input_scale stays "
