@@ -11,6 +11,7 @@ from fp8ext import formats, recipes
 from fp8ext.formats import E4M3, E5M2, FP8Format
 from fp8ext.gemm import scaled_mm
 from fp8ext.kv_cache import DecodePlan, PagedKVCache, capacity_tokens
+from fp8ext.kv_scales import kv_scales_from_state_dict, kv_scales_state_dict
 from fp8ext import nn
 from fp8ext.nn import FP8Linear, calibrate, convert
 from fp8ext.quantize import add_rms_norm_quantize, dequantize, quantize, rms_norm_quantize, silu_mul_quantize
@@ -23,7 +24,7 @@ __all__ = [
     "E4M3", "E5M2", "FP8Format", "formats", "recipes", "Recipe", "CurrentScaling", "DelayedScaling",
     "PerTensorStatic", "RowWise", "BlockWise", "ScalingState", "quantize", "dequantize", "rms_norm_quantize",
     "add_rms_norm_quantize", "silu_mul_quantize", "scaled_mm", "nn", "FP8Linear", "convert", "calibrate", "info",
-    "PagedKVCache", "DecodePlan", "capacity_tokens",
+    "PagedKVCache", "DecodePlan", "capacity_tokens", "kv_scales_state_dict", "kv_scales_from_state_dict",
 ]
 
 

@@ -24,13 +24,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 import warnings
 from typing import Mapping, Sequence
 
 import torch
 
 from fp8ext.checks import check_positive_int, check_real_tensor, is_finite_number, is_int
+from fp8ext.kv_scales import by_layer_number
 from fp8ext.ops.fused import check_rotary_tables_are_tensors
 from fp8ext.ops.kv_cache_reference import CACHE_DTYPES, CPU_CACHE_DTYPES, CUDA_HEAD_DIMS, check_scale_values
 
@@ -140,18 +140,6 @@ class UnknownSequenceError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
-def _by_layer_number(names: list) -> list:
-    """Attention names in layer order: where they differ only in their numbers
-    ("model.layers.10.self_attn" and "model.layers.2.self_attn", as a checkpoint's
-    sorted keys list them), ordered by those numbers; otherwise as given (model
-    order, as calibrate returns them)."""
-    numbers = [tuple(int(n) for n in re.findall(r"\d+", str(name))) for name in names]
-    skeletons = {re.sub(r"\d+", "#", str(name)) for name in names}
-    if len(skeletons) != 1 or len(set(numbers)) != len(names):
-        return list(names)
-    return [name for _, name in sorted(zip(numbers, names))]
-
-
 class PagedKVCache:
     """K and V page pools for ``num_layers`` layers, each [num_pages, page_size,
     num_kv_heads, head_dim] of ``dtype`` (float8_e4m3fn, float8_e5m2, bfloat16,
@@ -161,7 +149,8 @@ class PagedKVCache:
     ``scales``: per layer ``{"k_scale": s, "v_scale": s}`` with s a float or a
     tensor of one value or ``num_kv_heads``: a list in layer order, a mapping
     by layer index (keys 0 .. num_layers - 1), or a mapping by attention name
-    (what ``fp8ext.calibrate(...).kv_scales(fmt)`` returns; names that differ only in
+    (what ``fp8ext.calibrate(...).kv_scales(fmt)`` returns, and
+    ``fp8ext.kv_scales_from_state_dict`` reads from a checkpoint; names that differ only in
     their layer numbers are ordered by them, so a checkpoint's sorted keys work too);
     None gives 1.0 (an FP8 cache then warns).
     ``max_pages_per_seq`` bounds one sequence's pages (default: the pool's);
@@ -201,7 +190,7 @@ class PagedKVCache:
         """Per layer float32 [H_kv] tensors from `scales`: None (1.0), or per
         layer a {"k_scale", "v_scale"} mapping (calibrate(...).kv_scales(fmt)
         gives one per attention layer, in model order), as a sequence, a
-        mapping by layer index, or a mapping by name (see _by_layer_number)."""
+        mapping by layer index, or a mapping by name (ordered by kv_scales.by_layer_number)."""
         ones = [torch.ones(self.num_kv_heads, device=self.device) for _ in range(self.num_layers)]
         if scales is None:
             if self.dtype in FP8_CACHE_DTYPES:
@@ -224,7 +213,7 @@ class PagedKVCache:
         if isinstance(scales, Mapping):
             keys = list(scales)
             if not all(is_int(key) for key in keys):
-                return [scales[key] for key in _by_layer_number(keys)]
+                return [scales[key] for key in by_layer_number(keys)]
             if sorted(keys) != list(range(self.num_layers)):
                 raise ValueError(f"scales by layer index must have the keys 0 .. {self.num_layers - 1}, "
                                  f"got {sorted(keys)}")
