@@ -116,6 +116,29 @@ class Recipe:
         values.update(changes)
         return type(self)(**values)
 
+    def to_dict(self) -> dict:
+        """Plain JSON-ready values (the preset's name, formats by name): for a
+        checkpoint's metadata, so that a converted model's per-layer recipes can
+        be rebuilt without pickling classes (:meth:`from_dict`)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["weight_format"], values["activation_format"] = self.weight_format.name, self.activation_format.name
+        return {"preset": type(self).__name__, **values}
+
+    @staticmethod
+    def from_dict(values: dict) -> "Recipe":
+        """The recipe :meth:`to_dict` wrote (validated like any other)."""
+        if not isinstance(values, dict) or not isinstance(values.get("preset"), str):
+            raise TypeError(f"values must be a dict written by Recipe.to_dict (with a 'preset' name), got {values!r}")
+        presets = {cls.__name__: cls for cls in (Recipe, *PRESETS)}
+        values = dict(values)
+        preset = values.pop("preset")
+        if preset not in presets:
+            raise ValueError(f"unknown recipe preset {preset!r}: one of {sorted(presets)}")
+        unknown = set(values) - {f.name for f in fields(Recipe)}
+        if unknown:
+            raise ValueError(f"unknown recipe fields {sorted(unknown)}")
+        return presets[preset](**values)
+
 
 @dataclass(frozen=True)
 class CurrentScaling(Recipe):

@@ -5,7 +5,7 @@ import fnmatch
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Union
+from typing import Callable, Iterable, Mapping, Union
 
 from torch import nn
 
@@ -33,6 +33,13 @@ class ConversionSummary:
     fp8_flop_fraction: float | None = None         # recipe="auto": share of the eligible layers' FLOPs in FP8
     estimated_increase: float | None = None        # recipe="auto": estimated relative perplexity increase
     weight_rounding: str = "nearest"               # "nearest" or "gptq"
+
+    @property
+    def recipes(self) -> dict:
+        """name -> recipe of every converted layer: ``convert(fresh_model, summary.recipes)``
+        rebuilds the same layers (then load the state_dict), e.g. after ``recipe="auto"``.
+        ``{n: r.to_dict() ...}`` is JSON for a checkpoint's metadata (``Recipe.from_dict``)."""
+        return dict(self.converted)
 
     def __str__(self) -> str:
         before = sum(reason.startswith("already FP8Linear") for _, reason in self.skipped)
@@ -190,7 +197,7 @@ def _weight_rounding(weight_rounding, recipe, calibration) -> str:
     return rounding
 
 
-def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
+def convert(model: nn.Module, recipe: Recipe | str | Mapping[str, Recipe] | None = None, *,
             include: Selector | Iterable[Selector] | None = None,
             exclude: Selector | Iterable[Selector] | None = None, keep_lm_head: bool = True,
             calibration: Iterable | None = None, max_error: float = 0.01, candidates=None,
@@ -229,6 +236,11 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
     (e.g. ``"cpu"``) is where those K x K matrices are kept (default: with the
     activations); each moves to its layer's device only while it is rounded.
 
+    ``recipe`` may also be a mapping of layer name -> Recipe (a summary's
+    ``recipes``, e.g. of an earlier ``"auto"`` run, to rebuild that model before
+    loading its checkpoint): each named layer takes its recipe, the other
+    eligible ones are kept, and a name that is not an eligible layer is refused.
+
     Static recipes start with ``input_scale = 1`` in every converted layer: run
     :func:`fp8ext.calibrate` (or set the ``input_scale`` buffers) before use.
 
@@ -237,14 +249,29 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     recipe = recipe if recipe is not None else CurrentScaling()
-    if not isinstance(recipe, Recipe) and recipe != "auto":
-        raise TypeError(f"recipe must be a fp8ext.recipes.Recipe or 'auto', got {recipe!r}")
+    per_layer = isinstance(recipe, Mapping)
+    if per_layer:
+        for name, r in recipe.items():
+            if not isinstance(r, Recipe):
+                raise TypeError(f"recipe[{name!r}] must be a fp8ext.recipes.Recipe (Recipe.from_dict reads a saved "
+                                f"one), got {r!r}")
+    elif not isinstance(recipe, Recipe) and recipe != "auto":
+        raise TypeError(f"recipe must be a fp8ext.recipes.Recipe, 'auto' or a mapping of layer name -> Recipe, "
+                        f"got {recipe!r}")
     rounding = _weight_rounding(weight_rounding, recipe, calibration)
     if rounding == "gptq":
         calibration = list(calibration)  # read twice below: an iterator would be empty the second time
         if not calibration:
             raise ValueError("calibration is empty: weight_rounding='gptq' needs at least one batch")
     targets, skipped = select_linears(model, include, exclude, keep_lm_head)
+    if per_layer:
+        unknown = [name for name in recipe if name not in targets]
+        if unknown:
+            reasons = dict(skipped)
+            raise ValueError("recipe names layers convert does not convert: " + ", ".join(
+                f"{n!r} ({reasons.get(n, 'no nn.Linear of that name')})" for n in unknown[:5]))
+        skipped += [(name, "not in the recipe mapping") for name in targets if name not in recipe]
+        targets = [name for name in targets if name in recipe]
     summary = ConversionSummary(skipped=skipped, weight_rounding=rounding)
     hessians = input_hessians(model, targets, calibration, hessian_device) if rounding == "gptq" else {}
     if recipe == "auto":
@@ -268,13 +295,15 @@ def convert(model: nn.Module, recipe: Recipe | str | None = None, *,
                 summary.converted.append((name, choice.recipes[name]))
         swap_all(model, layers)
         return summary
-    swap_all(model, {name: build_layer(name, lambda: fp8_layer(model.get_submodule(name), recipe, hessians.get(name)))
+    recipe_of = recipe.__getitem__ if per_layer else (lambda _name: recipe)
+    swap_all(model, {name: build_layer(name, lambda: fp8_layer(model.get_submodule(name), recipe_of(name),
+                                                               hessians.get(name)))
                      for name in targets})
-    summary.converted.extend((name, recipe) for name in targets)
+    summary.converted.extend((name, recipe_of(name)) for name in targets)
     unreached = [name for name in targets if rounding == "gptq" and name not in hessians]
     if unreached:
         warnings.warn(f"weight_rounding='gptq': the calibration batches never reached {unreached}; "
                       "their weights are rounded to nearest", stacklevel=2)
-    if recipe.activation_mode == "static" and targets:
+    if any(recipe_of(name).activation_mode == "static" for name in targets):
         warnings.warn(STATIC_UNCALIBRATED, stacklevel=2)
     return summary
