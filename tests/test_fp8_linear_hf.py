@@ -37,6 +37,31 @@ def test_convert_a_transformers_llama(seed):
     assert rel_error(got, ref) < 0.08
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_converted_transformers_llama_compiles_whole_and_replays_as_a_cuda_graph(device, seed):
+    """Issue 7: torch.compile(fullgraph=True) with no graph break, and (GPU) CUDA-graph
+    capture, on a Hugging Face model, not only on the in-repo TinyLM."""
+    model = tiny_llama().to(device)
+    if device == "cuda":
+        model = model.to(torch.bfloat16)
+    fp8ext.convert(model, RowWise())
+    ids = torch.randint(0, 128, (2, 12), device=device)
+
+    def logits():
+        return model(ids, use_cache=False).logits
+
+    with torch.no_grad():
+        eager = logits()
+        assert torch.equal(torch.compile(logits, fullgraph=True, backend="aot_eager")(), eager)
+        if device == "cuda":
+            from cuda_graphs import capture
+            graph, out = capture(logits)
+            ids.copy_(torch.randint(0, 128, (2, 12), device=device))  # new tokens in place
+            eager = logits()
+            graph.replay()
+            assert torch.equal(out, eager)
+
+
 def test_calibrate_and_reload_a_transformers_llama(seed, tmp_path):
     from safetensors.torch import load_file, save_file
 

@@ -9,7 +9,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu0.txt
 python3 -c "import fp8ext" 2>/dev/null || { bash scripts/device/run.sh $OUT build > $OUT/run_build.txt 2>&1; tail -2 $OUT/run_build.txt; }
 echo "built at $SECONDS s"
 (cd /tmp && timeout 200 python3 -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml=$OUT/kv.xml \
-  $R/tests/test_rotary_kv_write.py $R/tests/test_kv_cache_cuda.py $R/tests/test_serving.py $R/tests/test_fp8_linear.py > $OUT/pytest_kv.log 2>&1; \
+  $R/tests/test_rotary_kv_write.py $R/tests/test_kv_cache_cuda.py $R/tests/test_serving.py $R/tests/test_fp8_linear.py $R/tests/test_fp8_linear_hf.py > $OUT/pytest_kv.log 2>&1; \
   echo "pytest rc $? at $SECONDS s")
 tail -3 $OUT/pytest_kv.log
 (timeout 60 ctest --test-dir $R/build/device --output-on-failure -R paged > $OUT/ctest.log 2>&1; echo "ctest rc $? at $SECONDS s"; \
