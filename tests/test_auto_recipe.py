@@ -98,7 +98,7 @@ def test_custom_candidates_unused_layers_and_errors():
         fp8ext.convert(TinyLM(), "auto", calibration=batches, candidates=[fp8ext.PerTensorStatic()])
     with pytest.raises(ValueError, match="pass loss_fn"):
         fp8ext.convert(nn.Sequential(nn.Linear(8, 8)), "auto", calibration=[torch.randn(2, 8)])
-    with pytest.raises(TypeError, match="recipe must be a fp8ext.recipes.Recipe or 'auto'"):
+    with pytest.raises(TypeError, match="recipe must be a fp8ext.recipes.Recipe, 'auto' or a mapping"):
         fp8ext.convert(TinyLM(), "fast")
 
 
