@@ -79,6 +79,27 @@ def test_write_matches_reference_bit_for_bit(dtype, in_dtype, dim, seed):
             torch.testing.assert_close(got.cpu().float(), want.float(), rtol=0, atol=0, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [E4M3, torch.bfloat16])
+def test_write_reads_views_in_place_and_copies_the_rest(dtype, seed):
+    """K and V split from a fused QKV output (tokens a whole qkv row apart, an odd row pitch
+    too: the element-wise path) are read in place; a transposed or expanded view is copied.
+    Every case writes what its contiguous copy writes."""
+    pages, page_size, heads, dim, n = 8, 16, 4, 64, 37
+    slots = torch.randperm(pages * page_size)[:n].cuda()
+    scale = torch.tensor(0.05, device="cuda")
+    for pad in (0, 8, 1):
+        qkv = torch.randn(n, (8 + 2 * heads) * dim + pad, device="cuda", dtype=torch.bfloat16) * 10
+        k = qkv[:, 8 * dim:(8 + heads) * dim].unflatten(1, (heads, dim))
+        v = qkv[:, (8 + heads) * dim:(8 + 2 * heads) * dim].unflatten(1, (heads, dim))
+        odd = (k, v.transpose(0, 1).contiguous().transpose(0, 1), v[:1].expand(n, -1, -1))
+        for kk, vv in ((k, v), (odd[0], odd[1]), (odd[0], odd[2])):
+            pools = [torch.zeros(pages, page_size, heads, dim, device="cuda", dtype=dtype) for _ in range(4)]
+            torch.ops.fp8ext.kv_cache_write(kk, vv, pools[0], pools[1], slots, scale, scale)
+            torch.ops.fp8ext.kv_cache_write(kk.contiguous(), vv.contiguous(), pools[2], pools[3], slots, scale, scale)
+            assert torch.equal(pools[0].view(torch.uint8), pools[2].view(torch.uint8)), pad
+            assert torch.equal(pools[1].view(torch.uint8), pools[3].view(torch.uint8)), pad
+
+
 CASES = [  # (q heads, kv heads, head_dim, page_size)
     (8, 8, 128, 16), (32, 8, 128, 16), (32, 8, 128, 64), (16, 1, 64, 16), (12, 4, 256, 256), (4, 2, 64, 64),
     (24, 2, 128, 16),  # 12 query heads per KV head: a full block of 8 and a partial one of 4

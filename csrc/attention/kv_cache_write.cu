@@ -66,10 +66,11 @@ __global__ void __launch_bounds__(kThreads) kv_cache_write_kernel(Input<T> k, In
     const int64_t slot = a.slots[token];
     if (slot < 0 || slot >= a.slots_total) continue;  // padding (the op checks the range where it can)
     float x[kChunk];
+    const int64_t col = head * a.chunks_per_head * kChunk + c0;  // k and v: one row of all heads per token
     if (which) {
-      v.load(row, c0, x);
+      v.load(token, col, x);
     } else {
-      k.load(row, c0, x);
+      k.load(token, col, x);
     }
     write_chunk<C, F>(a, which, slot, head, c0, x);
   }
@@ -208,14 +209,17 @@ cudaError_t kv_cache_write_rotary(const RotaryQkv& in, const int64_t* slots, con
   return cudaErrorInvalidValue;
 }
 
-cudaError_t kv_cache_write(const void* k, const void* v, DType dtype, int64_t num_tokens, const int64_t* slots,
-                           const PagedPool& k_pool, const PagedPool& v_pool, KvScale k_scale, KvScale v_scale,
-                           cudaStream_t stream) {
-  const int64_t heads = k_pool.num_kv_heads, dim = k_pool.head_dim;
-  if (dim % kChunk != 0 || !same_pool_geometry(k_pool, v_pool)) return cudaErrorInvalidValue;
+cudaError_t kv_cache_write(const void* k, const void* v, DType dtype, int64_t num_tokens, int64_t k_token_stride,
+                           int64_t v_token_stride, const int64_t* slots, const PagedPool& k_pool,
+                           const PagedPool& v_pool, KvScale k_scale, KvScale v_scale, cudaStream_t stream) {
+  const int64_t heads = k_pool.num_kv_heads, dim = k_pool.head_dim, width = heads * dim;
+  if (dim % kChunk != 0 || !same_pool_geometry(k_pool, v_pool) ||
+      (num_tokens > 1 && (k_token_stride < width || v_token_stride < width)))
+    return cudaErrorInvalidValue;
   if (num_tokens == 0 || heads == 0 || dim == 0) return cudaSuccess;
   const WriteArgs a = write_args(num_tokens, slots, k_pool, v_pool, k_scale, v_scale);
-  const ConstMatrix km{k, dtype, num_tokens * heads, dim, dim}, vm{v, dtype, num_tokens * heads, dim, dim};
+  const ConstMatrix km{k, dtype, num_tokens, width, num_tokens > 1 ? k_token_stride : width};
+  const ConstMatrix vm{v, dtype, num_tokens, width, num_tokens > 1 ? v_token_stride : width};
   switch (dtype) {
     case DType::kFloat32: return launch_for_input(make_input<float>(km), make_input<float>(vm), a, k_pool.dtype, stream);
     case DType::kFloat16: return launch_for_input(make_input<__half>(km), make_input<__half>(vm), a, k_pool.dtype, stream);

@@ -52,8 +52,8 @@ FP8EXT_TEST(write_quantizes_into_the_slots) {
   dslots.upload(slots);
   CUDA_OK(cudaMemset(kp.ptr, 0, kp.n));
   CUDA_OK(cudaMemset(vp.ptr, 0, vp.n));
-  CUDA_OK(cuda::kv_cache_write(dk.ptr, dv.ptr, DType::kFloat32, n, dslots.ptr, pool(kp.ptr), pool(vp.ptr),
-                               {ds.ptr, true}, {ds.ptr, false}, nullptr));
+  CUDA_OK(cuda::kv_cache_write(dk.ptr, dv.ptr, DType::kFloat32, n, kKvHeads * kDim, kKvHeads * kDim, dslots.ptr,
+                               pool(kp.ptr), pool(vp.ptr), {ds.ptr, true}, {ds.ptr, false}, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<uint8_t> gk = kp.download(), gv = vp.download();
   for (int64_t t = 0; t < n; ++t) {
@@ -258,7 +258,8 @@ FP8EXT_TEST(decode_refuses_a_misaligned_workspace) {
 // Every size comes from the K pool and is applied to V's data too: a V pool of
 // another geometry (fewer pages, another page size or head count) is refused
 // before anything is launched, by the decode and both writes (no GPU needed;
-// the pointers are never dereferenced).
+// the pointers are never dereferenced). So are tokens closer together than one
+// token's heads.
 FP8EXT_TEST(decode_and_writes_refuse_a_v_pool_unlike_k) {
   void* fake = reinterpret_cast<void*>(uintptr_t{0x10000});
   auto* f = static_cast<float*>(fake);
@@ -272,13 +273,18 @@ FP8EXT_TEST(decode_and_writes_refuse_a_v_pool_unlike_k) {
                                 static_cast<int32_t*>(fake), 1, static_cast<int32_t*>(fake), 1.0f, 1, 0, 0.0f, fake};
     EXPECT_EQ_CTX(int(cuda::paged_decode_attention(p, nullptr, nullptr)), int(cudaErrorInvalidValue), "decode");
     const auto* slots = static_cast<const int64_t*>(fake);
-    EXPECT_EQ_CTX(int(cuda::kv_cache_write(fake, fake, DType::kFloat32, 1, slots, pool(fake), v, {f, true},
-                                           {f, false}, nullptr)),
+    EXPECT_EQ_CTX(int(cuda::kv_cache_write(fake, fake, DType::kFloat32, 1, kKvHeads * kDim, kKvHeads * kDim, slots,
+                                           pool(fake), v, {f, true}, {f, false}, nullptr)),
                   int(cudaErrorInvalidValue), "write");
     const cuda::RotaryQkv in{fake, DType::kFloat32, 1, (8 + 2 * kKvHeads) * kDim, 8, fake, fake, fake};
     EXPECT_EQ_CTX(int(cuda::kv_cache_write_rotary(in, slots, pool(fake), v, {f, true}, {f, false}, nullptr)),
                   int(cudaErrorInvalidValue), "rotary write");
   }
+  const auto* slots = static_cast<const int64_t*>(fake);
+  for (const int64_t stride : {kKvHeads * kDim - 16, int64_t{0}})
+    EXPECT_EQ_CTX(int(cuda::kv_cache_write(fake, fake, DType::kFloat32, 2, kKvHeads * kDim, stride, slots, pool(fake),
+                                           pool(fake), {f, true}, {f, false}, nullptr)),
+                  int(cudaErrorInvalidValue), "overlapping tokens");
 }
 
 }  // namespace

@@ -37,12 +37,14 @@ struct KvScale {
 // Head sizes the decode kernel is built for.
 constexpr bool decode_head_dim_supported(int64_t d) { return d == 64 || d == 128 || d == 256; }
 
-// k, v [num_tokens, H_kv, D] contiguous (dtype bf16/fp16/fp32; D a multiple of
-// 16): token t goes to slot slots[t] (page * page_size + offset) of both pools
-// as cast(x / scale), saturating for FP8; slots < 0 are skipped.
-cudaError_t kv_cache_write(const void* k, const void* v, DType dtype, int64_t num_tokens, const int64_t* slots,
-                           const PagedPool& k_pool, const PagedPool& v_pool, KvScale k_scale, KvScale v_scale,
-                           cudaStream_t stream);
+// k, v [num_tokens, H_kv, D] (dtype bf16/fp16/fp32; D a multiple of 16), each
+// token's heads contiguous and tokens k_token_stride / v_token_stride elements
+// apart (>= H_kv * D: views of a fused QKV output are read in place): token t
+// goes to slot slots[t] (page * page_size + offset) of both pools as
+// cast(x / scale), saturating for FP8; slots < 0 are skipped.
+cudaError_t kv_cache_write(const void* k, const void* v, DType dtype, int64_t num_tokens, int64_t k_token_stride,
+                           int64_t v_token_stride, const int64_t* slots, const PagedPool& k_pool,
+                           const PagedPool& v_pool, KvScale k_scale, KvScale v_scale, cudaStream_t stream);
 
 // The fused QKV projection's output with rotary tables, for kv_cache_write_rotary.
 struct RotaryQkv {
@@ -50,13 +52,14 @@ struct RotaryQkv {
   DType dtype;      // of qkv, the tables and q_out
   int64_t num_tokens, qkv_row_stride, q_heads;
   const void* cos;  // [num_tokens, D] contiguous
-  const void* sin;  // [num_tokens, D] contiguous, the first half negated
+  const void* sin;  // [num_tokens, D] contiguous (Hugging Face's tables: both halves the same angles)
   void* q_out;      // [num_tokens, q_heads, D] contiguous
 };
 
 // kv_cache_write of K and V taken from qkv, with rotate-half RoPE applied to q
-// and K first: x -> x * cos + swap_halves(x) * sin, each product and the sum
-// rounded to the dtype (PyTorch's rounding of that expression). The rotated q
+// and K first: x -> x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1],
+// each product and the sum rounded to the dtype (PyTorch's rounding of that
+// expression, as Hugging Face's apply_rotary_pos_emb computes it). The rotated q
 // goes to q_out. D must be a multiple of 32.
 cudaError_t kv_cache_write_rotary(const RotaryQkv& in, const int64_t* slots, const PagedPool& k_pool,
                                   const PagedPool& v_pool, KvScale k_scale, KvScale v_scale, cudaStream_t stream);

@@ -115,9 +115,15 @@ void kv_cache_write_cuda(const at::Tensor& k, const at::Tensor& v, at::Tensor& k
   const auto [ks, k_view] = scale_of(k_scale, "k_scale", heads, k_cache);
   const auto [vs, v_view] = scale_of(v_scale, "v_scale", heads, k_cache);
   c10::cuda::CUDAGuard guard(k_cache.device());
-  const at::Tensor kc = k.contiguous(), vc = v.contiguous(), slots = slot_mapping.to(at::kLong).contiguous();
-  check_launch(cuda::kv_cache_write(kc.data_ptr(), vc.data_ptr(), dt, k.size(0), slots.data_ptr<int64_t>(), k_pool,
-                                    v_pool, k_view, v_view, stream_of(k_cache)),
+  // Views whose tokens hold their heads contiguously (K and V split from a fused
+  // QKV output) are read in place; anything else is copied.
+  auto readable = [&](const at::Tensor& t) {
+    return t.stride(2) == 1 && (heads <= 1 || t.stride(1) == dim) && (t.size(0) <= 1 || t.stride(0) >= heads * dim);
+  };
+  const at::Tensor kc = readable(k) ? k : k.contiguous(), vc = readable(v) ? v : v.contiguous();
+  const at::Tensor slots = slot_mapping.to(at::kLong).contiguous();
+  check_launch(cuda::kv_cache_write(kc.data_ptr(), vc.data_ptr(), dt, k.size(0), kc.stride(0), vc.stride(0),
+                                    slots.data_ptr<int64_t>(), k_pool, v_pool, k_view, v_view, stream_of(k_cache)),
                "kv_cache_write");
 }
 
