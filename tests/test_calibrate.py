@@ -197,28 +197,41 @@ def test_fused_qkv_projections_are_not_taken_for_k_or_v():
     assert result.kv_amax == {}
 
 
-def test_a_k_norm_beside_k_proj_is_what_is_measured(seed):
-    """Qwen3-style attention: K is normalised per head after k_proj, and the cache stores that."""
+@pytest.mark.parametrize("layout", ["qwen3", "gemma3", "olmo2"])
+def test_a_k_norm_beside_k_proj_is_what_is_measured(layout, seed):
+    """K normalised after k_proj, as the cache stores it: per head on [B, T, H, D] (Qwen3), per
+    head after a transpose to [B, H, T, D] (Gemma3), or over the whole width (OLMo2)."""
     class NormedK(Attention):
         def __init__(self):
             super().__init__()
-            self.k_norm = nn.RMSNorm(16)
+            self.k_norm = nn.RMSNorm(32 if layout == "olmo2" else 16)
             self.k_norm.weight.data.uniform_(0.5, 8.0)
 
         def forward(self, x):
-            k = self.k_norm(self.k_proj(x).unflatten(-1, (2, 16)))  # [..., heads, head_dim]
-            return x + self.o_proj(torch.tanh(self.q_proj(x) + (k.flatten(-2) * self.v_proj(x)).repeat(1, 1, 2)))
+            k = self.k_proj(x)
+            if layout == "olmo2":
+                k = self.k_norm(k)
+            elif layout == "qwen3":
+                k = self.k_norm(k.unflatten(-1, (2, 16))).flatten(-2)
+            else:
+                k = self.k_norm(k.unflatten(-1, (2, 16)).transpose(1, 2)).transpose(1, 2).flatten(-2)
+            return x + self.o_proj(torch.tanh(self.q_proj(x) + (k * self.v_proj(x)).repeat(1, 1, 2)))
 
     model = NormedK()
     seen = []
-    model.k_norm.register_forward_hook(lambda mod, a, o: seen.append(o))
+    model.k_norm.register_forward_hook(lambda mod, a, o: seen.append(o.transpose(1, 2) if layout == "gemma3" else o))
     batches = [torch.randn(3, 4, 64) for _ in range(2)]
     result = fp8ext.calibrate(model, batches, head_dim=16, progress=False)
-    k = torch.cat([t.reshape(-1, 2, 16) for t in seen])
+    k = torch.cat([t.reshape(-1, 2, 16) for t in seen])  # [tokens, heads, head_dim]
     assert torch.allclose(result.kv_amax[""]["k"], k.abs().amax(dim=(0, 2)), rtol=1e-6)
+    pairs = torch.hypot(k[..., :8], k[..., 8:]).amax(dim=(0, 2))
+    assert torch.allclose(result.kv_amax[""]["k_rotary"], pairs, rtol=1e-6)
     with torch.no_grad():
         raw = model.k_proj(torch.cat(batches)).reshape(-1, 2, 16).abs().amax(dim=(0, 2))
     assert not torch.allclose(result.kv_amax[""]["k"], raw, rtol=0.1)  # what measuring k_proj's output gave
+    model.k_norm = nn.RMSNorm(12)  # a norm of a width that does not divide K's: named, not guessed
+    with pytest.raises(ValueError, match="cannot tell the width k_proj's norm normalises"):
+        fp8ext.calibrate(model, batches, head_dim=16, progress=False)
 
 
 def test_static_layers_the_batches_never_reach_are_reported():

@@ -62,6 +62,29 @@ def test_a_converted_transformers_llama_compiles_whole_and_replays_as_a_cuda_gra
             assert torch.equal(out, eager)
 
 
+@pytest.mark.parametrize("arch", ["Qwen3", "Gemma3Text"])
+def test_calibrate_measures_k_after_the_models_k_norm(arch, seed):
+    """Qwen3 normalises K per head on [B, T, H, D], Gemma3 after a transpose to [B, H, T, D]:
+    calibrate's K amax is the amax of what k_norm gives the cache, per KV head."""
+    config_cls = getattr(transformers, f"{arch}Config", None)
+    model_cls = getattr(transformers, "Gemma3ForCausalLM" if arch == "Gemma3Text" else f"{arch}ForCausalLM", None)
+    if config_cls is None or model_cls is None:
+        pytest.skip(f"transformers {transformers.__version__} has no {arch}")
+    cfg = config_cls(vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=16)
+    model = model_cls(cfg).eval()
+    attn = model.model.layers[0].self_attn
+    with torch.no_grad():
+        attn.k_norm.weight.normal_(0, 3)  # heads' K far from k_proj's
+    seen = []
+    attn.k_norm.register_forward_hook(lambda mod, a, o: seen.append(o))
+    result = fp8ext.calibrate(model, [torch.randint(0, 64, (2, 8))], progress=False)
+    (k,) = seen
+    k = k.transpose(1, 2) if arch == "Gemma3Text" else k  # [B, T, H, D]
+    want = k.reshape(-1, 2, 16).abs().amax(dim=(0, 2))
+    assert torch.allclose(result.kv_amax["model.layers.0.self_attn"]["k"], want, rtol=1e-6)
+
+
 def test_calibrate_and_reload_a_transformers_llama(seed, tmp_path):
     from safetensors.torch import load_file, save_file
 

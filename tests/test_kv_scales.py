@@ -52,9 +52,20 @@ def test_reads_the_other_libraries_names_and_ignores_everything_else():
     assert kv_scales_from_state_dict({"lm_head.weight": w}) == {}
 
 
+def test_layers_named_two_ways_come_back_in_layer_order():
+    """Mllama-style: every fourth layer a cross-attention; a file lists the names sorted as strings."""
+    names = [f"model.layers.{i}.{'cross_attn' if i % 4 == 3 else 'self_attn'}" for i in range(12)]
+    sd = {}
+    for i, name in enumerate(names):
+        sd[f"{name}.k_scale"], sd[f"{name}.v_scale"] = torch.tensor(float(i + 1)), torch.tensor(1.0)
+    got = kv_scales_from_state_dict(dict(sorted(sd.items())))
+    assert list(got) == names
+
+
 def test_writes_one_value_as_vllm_does_and_takes_plain_numbers():
     flat = kv_scales_state_dict({"self_attn": {"k_scale": 0.5, "v_scale": torch.tensor([0.25])}})
     assert flat["self_attn.k_scale"].shape == () and flat["self_attn.v_scale"].shape == ()
+    assert kv_scales_state_dict({"a": {"k_scale": 2, "v_scale": 1}})["a.k_scale"].dtype == torch.float32
     assert kv_scales_state_dict({"": {"k_scale": 1.0, "v_scale": 2.0}}).keys() == {"k_scale", "v_scale"}
 
 
@@ -90,3 +101,8 @@ def test_bad_checkpoints_are_named():
         kv_scales_state_dict({"a": {"k_scale": 1.0}})
     with pytest.raises(TypeError, match="a.v_scale must be a floating-point tensor"):
         kv_scales_state_dict({"a": {"k_scale": 1.0, "v_scale": "2"}})
+    for bad in (float("nan"), 0.0, -1.0, float("inf")):
+        with pytest.raises(ValueError, match="a.k_scale must be finite and positive"):
+            kv_scales_state_dict({"a": {"k_scale": bad, "v_scale": 1.0}})
+        with pytest.raises(ValueError, match="a.k_scale must be finite and positive"):
+            kv_scales_from_state_dict({"a.k_scale": torch.tensor([1.0, bad]), "a.v_scale": torch.tensor(1.0)})

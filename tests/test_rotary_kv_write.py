@@ -91,7 +91,7 @@ def test_matches_hf_rope_then_write_bit_for_bit(device, dtype, cache_dtype, seed
 
 @each_device
 def test_takes_hugging_face_position_embeddings_as_they_come(device, seed):
-    """cos and sin straight from transformers' LlamaRotaryEmbedding (head axis dropped) rotate q
+    """cos and sin straight from transformers' LlamaRotaryEmbedding (batch axis dropped) rotate q
     and K bit for bit as its apply_rotary_pos_emb does."""
     llama = pytest.importorskip("transformers.models.llama.modeling_llama")
     from transformers import LlamaConfig

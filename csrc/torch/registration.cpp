@@ -70,7 +70,7 @@ TORCH_LIBRARY(fp8ext, m) {
       "kv_cache_write(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping, "
       "Tensor k_scale, Tensor v_scale) -> ()");
   // kv_cache_write with RoPE: qkv [T, (H_q + 2 H_kv) * D] (q heads, K heads, V
-  // heads), cos and sin [T, D] (rotate-half tables, sin's first half negated);
+  // heads), cos and sin [T, D] (Hugging Face's rotate-half tables, both halves the same angles);
   // K is rotated, then written with V; returns the rotated q [T, H_q, D].
   m.def(
       "kv_cache_write_rotary(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) k_cache, Tensor(b!) v_cache, "

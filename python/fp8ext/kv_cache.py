@@ -288,7 +288,7 @@ class PagedKVCache:
         """`write` fused with RoPE, for a fused QKV projection's output qkv
         [num_tokens, (num_q_heads + 2 H_kv) * D]: q and K are rotated in the
         rotate-half layout with cos, sin [num_tokens, D] as Hugging Face's rotary
-        embedding returns them (``position_embeddings``, its head axis dropped),
+        embedding returns them (``position_embeddings``, its batch axis dropped),
         bit for bit as ``apply_rotary_pos_emb``; K and V go into their slots, and
         the rotated q [num_tokens, num_q_heads, D] is returned. One launch on the
         GPU; D must be a multiple of 32."""

@@ -13,7 +13,7 @@ from typing import Mapping
 
 import torch
 
-from fp8ext.checks import is_finite_number
+from fp8ext.ops.kv_cache_reference import check_scale_values
 
 # Checkpoint key suffix -> the scales it holds. The longest suffix that fits wins,
 # so that ModelOpt's "self_attn.k_proj.k_scale" names the attention "self_attn".
@@ -56,7 +56,8 @@ def kv_scales_state_dict(scales: Mapping) -> dict:
         for kind in ("k_scale", "v_scale"):
             key = f"{attn}.{kind}" if attn else kind
             value = entry[kind]
-            t = _float_tensor(torch.tensor(value) if is_finite_number(value) else value, key)
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            t = _float_tensor(torch.tensor(float(value)) if number else value, key)
             out[key] = t.reshape(()) if t.numel() == 1 else t  # one value: a 0-d tensor, as vLLM writes it
     return out
 
@@ -67,7 +68,9 @@ def kv_scales_from_state_dict(state_dict: Mapping) -> dict:
     order, for ``PagedKVCache(scales=...)``. Reads ``<attn>.k_scale`` / ``.v_scale``
     (vLLM, compressed-tensors), ``<attn>.k_proj.k_scale`` (ModelOpt),
     ``<attn>.k_proj.output_scale`` (AutoFP8) and ``<attn>.kv_scale`` (one scale for
-    both). An attention with only one of K and V is refused."""
+    both). Attention names come sorted with their digit runs read as numbers
+    (layers.2 before layers.10). An attention with only one of K and V, or a
+    scale that is not finite and positive, is refused."""
     if not isinstance(state_dict, Mapping):
         raise TypeError(f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}")
     found: dict = {}
@@ -84,11 +87,20 @@ def kv_scales_from_state_dict(state_dict: Mapping) -> dict:
         missing = {"k_scale", "v_scale"} - set(entry)
         if missing:
             raise ValueError(f"the checkpoint gives {attn!r} no {missing.pop()} (an FP8 cache needs both)")
-    return {attn: found[attn] for attn in by_layer_number(list(found))}
+    return {attn: found[attn] for attn in sorted(found, key=_natural)}  # a file has no model order to keep
+
+
+def _natural(name: str) -> list:
+    """Sort key comparing digit runs as numbers: "layers.2" before "layers.10" (and a
+    model whose layers are named differently, self_attn and cross_attn, in layer order)."""
+    return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", name))]
 
 
 def _float_tensor(value, name: str) -> torch.Tensor:
+    """A checkpoint's scale as float32 [n], finite and > 0 (named otherwise)."""
     if not isinstance(value, torch.Tensor) or not value.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got "
                         f"{value.dtype if isinstance(value, torch.Tensor) else type(value).__name__}")
-    return value.detach().to(torch.float32).reshape(-1).contiguous()
+    t = value.detach().to(torch.float32).reshape(-1).contiguous()
+    check_scale_values(t, name)
+    return t

@@ -87,16 +87,30 @@ def _rotated_bound(k: torch.Tensor, amax: torch.Tensor, per_head: bool) -> torch
     return torch.maximum(amax_finite(norms, dim=(0, 2)), amax)  # a finite k beside an Inf partner still counts
 
 
-def _kv_source(model: nn.Module, name: str, proj: nn.Module) -> nn.Module:
-    """The module whose output the cache stores for the projection `name`: a
-    k_norm / v_norm beside it when there is one, else the projection."""
+def _kv_norm(model: nn.Module, name: str) -> nn.Module | None:
+    """The k_norm / v_norm beside the projection `name`, if the model has one."""
     attn, _, last = name.rpartition(".")
-    norm_name = f"{attn}.{last[0]}_norm" if attn else f"{last[0]}_norm"
     try:
-        norm = model.get_submodule(norm_name)
+        norm = model.get_submodule(f"{attn}.{last[0]}_norm" if attn else f"{last[0]}_norm")
     except AttributeError:
-        return proj
-    return norm if isinstance(norm, nn.Module) else proj
+        return None
+    return norm if isinstance(norm, nn.Module) else None
+
+
+def _normalized(norm: nn.Module, out: torch.Tensor, name: str) -> torch.Tensor:
+    """norm applied to the projection's output [..., width] as the model applies it:
+    over each head (its width the norm's, e.g. Qwen3 and Gemma3; the model may
+    transpose around it, which changes no value) or over the whole width
+    (OLMo2). Applied here, not read from the norm's own output, whose layout
+    ([B, T, H, D] or [B, H, T, D]) the model chooses."""
+    shape = getattr(norm, "normalized_shape", None)
+    weight = getattr(norm, "weight", None)
+    size = math.prod(shape) if shape else (weight.numel() if isinstance(weight, torch.Tensor) else None)
+    if not size or out.shape[-1] % size:
+        raise ValueError(f"cannot tell the width {name}'s norm normalises (normalized_shape {shape}, weight "
+                         f"{None if weight is None else tuple(weight.shape)}) against the output width {out.shape[-1]}")
+    # forward, not __call__: the norm's own hooks must not see a call the model did not make
+    return norm.forward(out.unflatten(-1, (-1, size))).flatten(-2)
 
 
 def _head_dim(model: nn.Module, head_dim: int | None) -> int | None:
@@ -119,8 +133,10 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
     module's own mode is restored afterwards) and records the amax of every :class:`FP8Linear`'s input and of every
     ``k_proj`` / ``v_proj`` output per KV head, with a bound on K after RoPE
     (:meth:`CalibrationResult.kv_scales`). Where a ``k_norm`` (``v_norm``) sits
-    beside the projection (Qwen3, OLMo2 and Gemma3 normalise K per head before
-    RoPE), its output is what the cache stores, and what is measured. The last
+    beside the projection (Qwen3, OLMo2 and Gemma3 normalise K before RoPE),
+    the cache stores the normalised K: the norm is applied to the projection's
+    output (per head, or over the whole width, as its size says) and that is
+    measured. The last
     name component must be exactly ``k_proj`` or ``v_proj``: fused projections
     (``qkv_proj``, ``query_key_value``, ...) are not split, and calibrate warns
     when the model has some and no K/V was measured.
@@ -162,12 +178,15 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
             result.input_amax[name] = amax if prev is None else torch.maximum(prev, amax)
         return hook
 
-    def record_kv(name, width):
+    def record_kv(name):
         attn, _, proj = name.rpartition(".")
         kv = proj[0]  # "k" or "v"
+        norm = _kv_norm(model, name)
 
         def hook(_module, _args, out):
-            o = out.reshape(-1, width)  # a k_norm's output is [..., heads, head_dim]
+            if norm is not None:
+                out = _normalized(norm, out, name)
+            o = out.reshape(-1, out.shape[-1])
             if o.shape[0] == 0:
                 return  # a batch without tokens has no K/V to record
             if head_dim is not None and o.shape[-1] % head_dim:
@@ -184,8 +203,7 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
         return hook
 
     handles = [m.register_forward_pre_hook(record_input(n), with_kwargs=True) for n, m in fp8_layers.items()]
-    handles += [_kv_source(model, n, m).register_forward_hook(record_kv(n, m.out_features))
-                for n, m in kv_layers.items()]
+    handles += [m.register_forward_hook(record_kv(n)) for n, m in kv_layers.items()]
     try:
         with contextlib.ExitStack() as stack, torch.no_grad():
             stack.enter_context(eval_mode(model))
