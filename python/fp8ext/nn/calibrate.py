@@ -136,10 +136,9 @@ def calibrate(model: nn.Module, batches: Iterable, *, margin: int = 0, head_dim:
     beside the projection (Qwen3, OLMo2 and Gemma3 normalise K before RoPE),
     the cache stores the normalised K: the norm is applied to the projection's
     output (per head, or over the whole width, as its size says) and that is
-    measured. The last
-    name component must be exactly ``k_proj`` or ``v_proj``: fused projections
-    (``qkv_proj``, ``query_key_value``, ...) are not split, and calibrate warns
-    when the model has some and no K/V was measured.
+    measured. The last name component must be exactly ``k_proj`` or
+    ``v_proj``: fused projections (``qkv_proj``, ``query_key_value``, ...) are
+    not split, and calibrate warns when the model has some and no K/V was measured.
 
     During calibration every FP8Linear computes with its dequantized weight and
     unquantized input, so that no uncalibrated scale distorts the amax of the
