@@ -6,10 +6,6 @@
 source bench/wip/call_lib.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu0.txt; cat $OUT/gpu0.txt
 python3 -c "import fp8ext" 2>/dev/null || { bash scripts/device/run.sh $OUT build > $OUT/run_build.txt 2>&1; tail -2 $OUT/run_build.txt; }
-bench linear 90 python3 $R/bench/bench_linear.py --out $OUT
-bench decode 90 python3 $R/bench/bench_decode.py --out $OUT
-bench gemm 90 python3 $R/bench/bench_gemm.py --out $OUT
-bench blockwise 90 python3 $R/bench/bench_gemm_blockwise.py --out $OUT
-bench gemv 40 python3 $R/scripts/device/time_gemv.py --out $OUT
+h200_figures
 echo "end at $SECONDS s"
 cd $OUT && tar czf logs.tgz --remove-files *.log *.txt logs-*.tgz

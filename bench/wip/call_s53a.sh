@@ -15,11 +15,7 @@ tail -3 $OUT/pytest_kv.log
 (timeout 60 ctest --test-dir $R/build/device --output-on-failure -R paged > $OUT/ctest.log 2>&1; echo "ctest rc $? at $SECONDS s"; \
   grep -E "tests passed|Failed|\*\*\*|Passed" $OUT/ctest.log | tail -4)
 if grep -q H200 $OUT/gpu0.txt; then
-  bench linear 90 python3 $R/bench/bench_linear.py --out $OUT
-  bench decode 90 python3 $R/bench/bench_decode.py --out $OUT
-  bench gemm 90 python3 $R/bench/bench_gemm.py --out $OUT
-  bench blockwise 90 python3 $R/bench/bench_gemm_blockwise.py --out $OUT
-  bench gemv 40 python3 $R/scripts/device/time_gemv.py --out $OUT
+  h200_figures
 fi
 echo "end at $SECONDS s"
 cd $OUT && tar czf logs.tgz --remove-files *.log *.txt logs-*.tgz
